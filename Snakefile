@@ -1,0 +1,21 @@
+# ssm-bench: config -> verify -> bench (one job per cell) -> aggregate -> figures.
+# Layout and paths: ../shared/DESIGN.md of the project, and src/ssmbench/paths.py.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/verify.smk"
+include: "workflow/rules/bench.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

@@ -1,0 +1,27 @@
+"""Rule figure: execute the figure's notebook with papermill; keep PDF, PNG and the notebook."""
+
+import os
+
+import papermill
+
+from ssmbench.provenance import from_snakemake, now
+from ssmbench.scripting import logged
+
+with logged(snakemake):
+    started = now()
+    out = snakemake.output
+    parameters = dict(snakemake.params.filters)
+    parameters.update(
+        cells_path=os.path.abspath(snakemake.input.table),
+        out_pdf=os.path.abspath(out.pdf),
+        out_png=os.path.abspath(out.png),
+    )
+    papermill.execute_notebook(
+        snakemake.input.notebook,
+        out.ipynb,
+        parameters=parameters,
+        kernel_name="python3",
+        cwd=os.path.dirname(os.path.abspath(snakemake.input.notebook)),
+        progress_bar=False,
+    )
+    from_snakemake(snakemake, outputs=[out.pdf, out.png, out.ipynb], started=started)

@@ -1,0 +1,96 @@
+"""Command line: measure one cell ad hoc, or verify one (model, backend).
+
+    python -m ssmbench cell --model mamba --backend torch --seq-len 2048
+    python -m ssmbench verify --model attention --backend naive
+
+``cell`` verifies the backend first (as the workflow does), then measures the cell with the
+size and timing budget of a preset (``--preset``, default ``cpu``) and prints its record as
+JSON; the workflow's bench rule calls the same :func:`ssmbench.cell.run_cell`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ssmbench import config as sbconfig
+from ssmbench.cell import CellSpec, run_cell, run_verify
+from ssmbench.records import write_record
+
+
+def _preset(name: str) -> dict:
+    presets = sbconfig.load()["presets"]
+    if name not in presets:
+        raise SystemExit(f"error: unknown preset {name!r}; known: {sorted(presets)}")
+    return presets[name]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ssmbench", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--model", required=True, choices=["attention", "mamba"])
+        p.add_argument("--backend", required=True, choices=["naive", "torch"])
+        p.add_argument("--preset", default="cpu", help="size, timing and device (default: cpu)")
+        p.add_argument("--device", choices=["cpu", "cuda"], help="default: the preset's")
+        p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+        p.add_argument("--seed", type=int, default=0)
+
+    cell = sub.add_parser("cell", help="verify, then measure one cell and print its record")
+    common(cell)
+    cell.add_argument("--phase", default="prefill", choices=["prefill"])
+    cell.add_argument("--batch", type=_positive, default=1)
+    cell.add_argument("--seq-len", type=_positive, required=True)
+    cell.add_argument("--d-state", type=_positive, default=16)
+    cell.add_argument("--threads", type=_positive, help="CPU threads (default: all cores)")
+    cell.add_argument("--no-verify", action="store_true", help="time without verifying first")
+    cell.add_argument("--out", help="also write the record to this path")
+    cell.add_argument("--summary", action="store_true", help="print one line, not the record")
+
+    verify = sub.add_parser("verify", help="check a backend against the float64 reference")
+    common(verify)
+
+    args = parser.parse_args(argv)
+    preset = _preset(args.preset)
+    device = args.device or preset["device"]
+
+    verify_record = None
+    if args.command == "verify" or not args.no_verify:
+        verify_record = run_verify(args.model, args.backend, device, [args.dtype], args.seed)
+    if args.command == "verify":
+        print(json.dumps(verify_record, indent=1))
+        return 0 if verify_record["passed"] else 1
+
+    d_state = 0 if args.model in sbconfig.NO_STATE else args.d_state
+    spec = CellSpec(
+        run="adhoc",
+        cell=sbconfig.Cell(args.model, args.backend, args.phase, args.batch, args.seq_len,
+                           d_state, args.dtype),  # fmt: skip
+        device=device,
+        size=sbconfig.Size(**preset["size"]),
+        timing=sbconfig.Timing(**preset["timing"]),
+        seed=args.seed,
+    )
+    record = run_cell(spec, verify=verify_record, threads=args.threads)
+    if args.out:
+        write_record(args.out, record)
+    if args.summary:
+        print(f"{args.model}/{args.backend} {args.phase} b{args.batch} t{args.seq_len}: "
+              f"{record.status} {record.reason} median={record.time_ms_median} ms "
+              f"p95={record.time_ms_p95} ms n={record.n_samples}")  # fmt: skip
+    else:
+        print(json.dumps(record.to_dict(), indent=1))
+    return 0 if record.status == "ok" else 1
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""The benchmark matrix: validate the config, resolve the preset, expand the cells.
+
+Config flows one way: YAML (+ ``--config`` overrides) -> :func:`validate` -> :func:`plan`
+-> a frozen :class:`Plan` that the Snakefile, the scripts and the command line share.
+This module imports no torch: the workflow parses it on machines without one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+CONFIG = REPO / "config" / "config.yaml"
+
+# Axes of the matrix that a family does not have are pinned to a placeholder
+# (DESIGN.md, "The cell"): attention has no state size, so its cells say n0.
+NO_STATE = {"attention"}
+
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2}
+
+
+class ConfigError(ValueError):
+    """A config the workflow refuses to run; the message names the key and the value."""
+
+
+@dataclass(frozen=True)
+class Size:
+    """Block size shared by every family of a run (the preset's ``size``)."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    expand: int
+    d_conv: int
+    chunk: int
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Sampling budget of a cell: warm-up runs, then samples until both minimums are met."""
+
+    warmup: int
+    min_samples: int
+    max_samples: int
+    min_time_s: float
+    max_time_s: float
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """The axes of one measurement (the run and its size preset come from the :class:`Plan`)."""
+
+    model: str
+    backend: str
+    phase: str
+    batch: int
+    seq_len: int
+    d_state: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    name: str
+    phase: str | None = None
+    models: tuple[str, ...] | None = None
+    backends: tuple[str, ...] | None = None
+
+    def selects(self, cell: Cell) -> bool:
+        return (
+            (self.phase is None or cell.phase == self.phase)
+            and (self.models is None or cell.model in self.models)
+            and (self.backends is None or cell.backend in self.backends)
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a run needs, resolved from the config."""
+
+    preset: str
+    run: str
+    device: str
+    size: Size
+    timing: Timing
+    cells: tuple[Cell, ...]
+    figures: dict[str, FigureSpec]
+    seed: int = 0
+    source: str = "live"
+    mem_mb: int = 8000
+    precollected_dir: str = "results/precollected"
+    description: str = ""
+    pairs: tuple[tuple[str, str], ...] = field(default=())
+
+    def figure_cells(self, figure: str) -> list[Cell]:
+        spec = self.figures[figure]
+        return [c for c in self.cells if spec.selects(c)]
+
+
+def load(path: str | os.PathLike = CONFIG, overrides: dict | None = None) -> dict:
+    """Read the YAML config and apply ``--config``-style overrides (top-level keys)."""
+    with open(path) as f:
+        config = yaml.safe_load(f)
+    config.update(overrides or {})
+    return config
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    where = ""
+    for part in error.absolute_path:
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    return where or "<top level>"
+
+
+def validate(config: dict) -> None:
+    """Check ``config`` against the JSON schema; raise :class:`ConfigError` naming each bad key."""
+    with open(SCHEMA) as f:
+        schema = yaml.safe_load(f)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = [f"  config key {_where(e)}: {e.message}" for e in errors]
+        raise ConfigError("invalid config:\n" + "\n".join(lines))
+
+
+def cuda_available() -> bool:
+    """Whether an NVIDIA driver is loaded, judged without importing torch.
+
+    ``SSMBENCH_DEVICE=cpu|cuda`` overrides the guess.
+    """
+    forced = os.environ.get("SSMBENCH_DEVICE")
+    if forced in ("cpu", "cuda"):
+        return forced == "cuda"
+    return Path("/proc/driver/nvidia/version").exists()
+
+
+def expand_sweep(sweep: dict) -> list[Cell]:
+    """The cells of one sweep: the product of its axes, with placeholders for absent axes."""
+    cells = []
+    for model, backend, phase, batch, seq_len, d_state, dtype in itertools.product(
+        sweep["models"],
+        sweep["backends"],
+        sweep["phases"],
+        sweep["batch"],
+        sweep["seq_len"],
+        sweep["d_state"],
+        sweep["dtype"],
+    ):
+        d_state = 0 if model in NO_STATE else d_state
+        cells.append(Cell(model, backend, phase, batch, seq_len, d_state, dtype))
+    return cells
+
+
+def plan(config: dict, cuda: bool | None = None) -> Plan:
+    """Validate ``config`` and resolve it into a :class:`Plan`.
+
+    ``cuda`` says whether a GPU is present (default: :func:`cuda_available`); it decides
+    ``preset: auto`` and whether a ``cuda`` preset can run here.
+    """
+    validate(config)
+    presets = config["presets"]
+    name = config["preset"]
+    if name == "auto":
+        cuda = cuda_available() if cuda is None else cuda
+        name = "gpu" if cuda else "cpu"
+    if name not in presets:
+        raise ConfigError(f"config key preset: unknown value {name!r}; known: {sorted(presets)}")
+    preset = presets[name]
+    t = preset["timing"]
+    if t["max_samples"] < t["min_samples"]:
+        raise ConfigError(
+            f"config key presets.{name}.timing.max_samples: {t['max_samples']} is less than "
+            f"min_samples={t['min_samples']}"
+        )
+
+    cells = sorted({c for sweep in preset["sweeps"] for c in expand_sweep(sweep)})
+    figures = {
+        fig: FigureSpec(
+            fig,
+            spec.get("phase"),
+            tuple(spec["models"]) if "models" in spec else None,
+            tuple(spec["backends"]) if "backends" in spec else None,
+        )
+        for fig, spec in config["figures"].items()
+    }
+    source = config["source"]
+    if source == "live":
+        for fig, spec in figures.items():
+            _check_figure(name, spec, cells)
+
+    return Plan(
+        preset=name,
+        run=config.get("run") or preset.get("run") or name,
+        device=preset["device"],
+        size=Size(**preset["size"]),
+        timing=Timing(**t),
+        cells=tuple(cells),
+        figures=figures,
+        seed=config["seed"],
+        source=source,
+        mem_mb=preset.get("mem_mb", 8000),
+        precollected_dir=config.get("precollected_dir", "results/precollected"),
+        description=preset.get("description", ""),
+        pairs=tuple(sorted({(c.model, c.backend) for c in cells})),
+    )
+
+
+def _check_figure(preset: str, spec: FigureSpec, cells: list[Cell]) -> None:
+    """A figure must be drawable from the preset's cells: every model, backend and phase it
+    names is measured, together, at least once."""
+    for key in ("phase", "models", "backends"):
+        wanted = getattr(spec, key)
+        if wanted is None:
+            continue
+        axis = key.rstrip("s")
+        have = {getattr(c, axis) for c in cells}
+        for value in [wanted] if isinstance(wanted, str) else wanted:
+            if value not in have:
+                raise ConfigError(
+                    f"config key figures.{spec.name}.{key}: {value!r} is not measured by "
+                    f"preset {preset!r} (it has {key}: {sorted(have)})"
+                )
+    if not any(spec.selects(c) for c in cells):
+        raise ConfigError(
+            f"config key figures.{spec.name}: no cell of preset {preset!r} matches "
+            f"phase={spec.phase!r}, models={spec.models}, backends={spec.backends}"
+        )
+
+
+def precollected_runs(directory: str | os.PathLike) -> list[str]:
+    """Names of the runs shipped under ``directory`` (those with a cells table)."""
+    root = Path(directory)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "tables" / "cells.csv").is_file())

@@ -1,0 +1,1 @@
+"""Measurement: timing now; memory, energy, profiler and ceilings follow the same shape."""

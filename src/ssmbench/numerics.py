@@ -1,0 +1,88 @@
+"""One tolerance table and one comparison for every numeric check in the project.
+
+Tests, the ``verify`` rule and the equivalence checks all call :func:`compare` or
+:func:`assert_close`, so a tolerance is changed in exactly one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# Absolute and relative tolerances per compute dtype, for outputs of O(1) magnitude
+# compared against a float64 reference.  fp32 allows for reordered sums over a few
+# thousand terms; fp16/bf16 follow the unit roundoff of the format (2^-11, 2^-8)
+# times a small accumulation factor.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "fp64": (1e-10, 1e-10),
+    "fp32": (1e-4, 1e-4),
+    "fp16": (5e-3, 5e-3),
+    "bf16": (3e-2, 3e-2),
+}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How far ``out`` is from ``ref``; ``ok`` is the verdict under (atol, rtol)."""
+
+    name: str
+    dtype: str
+    max_abs_err: float
+    rel_rms_err: float
+    atol: float
+    rtol: float
+    ok: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        verdict = "ok" if self.ok else "FAILED"
+        return (
+            f"{self.name} [{self.dtype}] {verdict}: max_abs_err={self.max_abs_err:.3e}, "
+            f"rel_rms_err={self.rel_rms_err:.3e} (atol={self.atol:.0e}, rtol={self.rtol:.0e})"
+        )
+
+
+def to_numpy(x) -> np.ndarray:
+    """A float64 (or complex128) NumPy copy of a NumPy array or a torch tensor."""
+    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
+        x = x.detach().cpu()
+        if x.is_complex():
+            return x.numpy().astype(np.complex128)
+        return x.double().numpy()
+    x = np.asarray(x)
+    return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64)
+
+
+def compare(name: str, ref, out, dtype: str) -> Comparison:
+    """Compare ``out`` with the float64 reference ``ref`` under the ``dtype`` tolerances.
+
+    Passes when every element satisfies ``|out - ref| <= atol + rtol * |ref|``
+    (the numpy.allclose rule).  Reports the max absolute error and the relative RMS
+    error ``||out - ref||_2 / ||ref||_2``.
+    """
+    if dtype not in TOLERANCES:
+        raise KeyError(f"no tolerance for dtype {dtype!r}; known: {sorted(TOLERANCES)}")
+    ref_np, out_np = to_numpy(ref), to_numpy(out)
+    if ref_np.shape != out_np.shape:
+        raise ValueError(f"{name}: shape {out_np.shape} != reference shape {ref_np.shape}")
+    atol, rtol = TOLERANCES[dtype]
+    err = np.abs(out_np - ref_np)
+    finite = bool(np.all(np.isfinite(out_np)))
+    max_abs = float(err.max()) if err.size else 0.0
+    ref_norm = float(np.linalg.norm(ref_np))
+    rel_rms = float(np.linalg.norm(out_np - ref_np) / ref_norm) if ref_norm > 0 else max_abs
+    ok = finite and bool(np.all(err <= atol + rtol * np.abs(ref_np)))
+    if not finite:
+        max_abs = rel_rms = float("inf")
+    return Comparison(name, dtype, max_abs, rel_rms, atol, rtol, ok)
+
+
+def assert_close(name: str, ref, out, dtype: str) -> Comparison:
+    """:func:`compare`, raising ``AssertionError`` with the errors and tolerances on failure."""
+    result = compare(name, ref, out, dtype)
+    if not result.ok:
+        raise AssertionError(str(result))
+    return result

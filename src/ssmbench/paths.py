@@ -1,0 +1,68 @@
+"""Every path the workflow reads or writes, defined once (DESIGN.md, "Paths").
+
+Patterns use Snakemake's ``{wildcard}`` syntax so the rules and the Python code agree;
+the functions fill them in.  Paths are relative to the workflow's working directory.
+"""
+
+from __future__ import annotations
+
+RESULTS = "results"
+PRECOLLECTED = "results/precollected"
+FIGURES = "figures"
+LOGS = "logs"
+
+VERIFY = "results/{run}/verify/{model}/{backend}.json"
+CELL = "results/{run}/cells/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.json"
+TABLE = "results/{run}/tables/{table}"
+FIGURE_TABLE = "results/{run}/tables/figures/{figure}.csv"
+FIGURE = "figures/{run}/{figure}.{ext}"
+PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
+
+# The tables `aggregate` writes, in DESIGN.md's names.
+TABLES = ("cells.csv", "cells.parquet", "samples.parquet", "verify.csv")
+FIGURE_EXTS = ("pdf", "png", "ipynb")
+
+PROV_SUFFIX = ".prov.json"
+
+
+def prov(path: str) -> str:
+    """The provenance sidecar of ``path``."""
+    return f"{path}{PROV_SUFFIX}"
+
+
+def verify_record(run: str, model: str, backend: str) -> str:
+    return VERIFY.format(run=run, model=model, backend=backend)
+
+
+def cell_record(run: str, cell) -> str:
+    """``cell`` is anything with the cell's axes as attributes (``ssmbench.config.Cell``)."""
+    return CELL.format(
+        run=run,
+        model=cell.model,
+        backend=cell.backend,
+        phase=cell.phase,
+        batch=cell.batch,
+        seq_len=cell.seq_len,
+        d_state=cell.d_state,
+        dtype=cell.dtype,
+    )
+
+
+def table(run: str, name: str) -> str:
+    return TABLE.format(run=run, table=name)
+
+
+def figure_table(run: str, figure: str) -> str:
+    return FIGURE_TABLE.format(run=run, figure=figure)
+
+
+def figure(run: str, name: str, ext: str = "pdf") -> str:
+    return FIGURE.format(run=run, figure=name, ext=ext)
+
+
+def precollected_table(run: str, name: str, precollected: str = PRECOLLECTED) -> str:
+    return PRECOLLECTED_TABLE.format(precollected=precollected, run=run, table=name)
+
+
+def log(rule: str, *parts: object) -> str:
+    return "/".join([LOGS, rule, *map(str, parts)]) + ".log"

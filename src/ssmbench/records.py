@@ -1,0 +1,132 @@
+"""The result record of a cell (one dataclass), its JSON schema, and atomic writes.
+
+Every cell writes one record whatever happens (DESIGN.md, "Status is data"): ``status`` is
+``ok``, ``oom``, ``unavailable``, ``timeout`` or ``failed``, and ``reason`` says why when it
+is not ``ok``.  Quantities that a run does not measure yet are ``None`` (empty in tables).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import jsonschema
+
+from ssmbench.config import REPO
+
+STATUSES = ("ok", "oom", "unavailable", "timeout", "failed")
+SCHEMA = REPO / "workflow" / "schemas" / "record.schema.json"
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class CellRecord:
+    # identity: the cell's axes and the run's size preset
+    run: str
+    model: str
+    backend: str
+    phase: str
+    batch: int
+    seq_len: int
+    d_state: int
+    dtype: str
+    device: str
+    size: dict
+    status: str = "ok"
+    reason: str = ""
+    device_name: str = ""
+    threads: int | None = None
+    seed: int = 0
+    # timing: every sample kept, in milliseconds
+    samples_ms: list[float] = field(default_factory=list)
+    warmup: int = 0
+    time_ms_median: float | None = None
+    time_ms_p95: float | None = None
+    n_samples: int = 0
+    measure_s: float | None = None  # wall time of warm-up + sampling
+    # analytic work (ssmbench.counts) and what the samples make of it
+    tokens: int | None = None
+    flop: float | None = None
+    bytes: float | None = None
+    intensity: float | None = None
+    tflops: float | None = None
+    bw_gbps: float | None = None
+    compute_util: float | None = None  # needs the calibrated ceilings of device.json
+    bw_util: float | None = None
+    # memory, bytes
+    peak_bytes: float | None = None
+    weights_bytes: float | None = None
+    cache_bytes: float | None = None
+    activations_bytes: float | None = None
+    # energy
+    energy_j: float | None = None
+    energy_j_per_token: float | None = None
+    # where it came from
+    verify: dict | None = None
+    git_commit: str = ""
+    started: str = ""
+    ended: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CellRecord:
+        names = {f.name for f in fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"record has unknown fields {sorted(unknown)}")
+        return cls(**data)
+
+
+def schema() -> dict:
+    with open(SCHEMA) as f:
+        return json.load(f)
+
+
+def validate_record(data: dict, path: str | os.PathLike = "<record>") -> None:
+    """Raise ``ValueError`` naming the file and the field when ``data`` breaks the schema."""
+    try:
+        jsonschema.validate(data, schema())
+    except jsonschema.ValidationError as e:
+        where = ".".join(map(str, e.absolute_path)) or "<top level>"
+        raise ValueError(f"{path}: field {where}: {e.message}") from None
+
+
+def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
+    """Write ``data`` as JSON to a temporary file beside ``path``, then rename it into place:
+    a killed job leaves either no file or a whole one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, allow_nan=False, default=_jsonable)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(x):
+    if hasattr(x, "item"):  # numpy scalars
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def write_record(path: str | os.PathLike, record: CellRecord) -> None:
+    data = record.to_dict()
+    validate_record(data, path)
+    write_json_atomic(path, data)
+
+
+def read_record(path: str | os.PathLike) -> CellRecord:
+    with open(path) as f:
+        data = json.load(f)
+    validate_record(data, path)
+    return CellRecord.from_dict(data)

@@ -1,0 +1,196 @@
+"""Raw records -> tidy tables, and the schemas every table is checked against.
+
+``cells``: one row per cell (DESIGN.md lists the columns); ``samples``: one row per timing
+sample; ``verify``: one row per verification check.  Imports pandas and pandera only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+import pandera.pandas as pa
+
+from ssmbench.records import STATUSES, CellRecord, read_record
+
+KEYS = ["run", "model", "backend", "phase", "batch", "seq_len", "d_state", "dtype"]
+
+CELL_COLUMNS = KEYS + [
+    "device", "device_name", "status", "reason", "time_ms_median", "time_ms_p95", "n_samples",
+    "tokens", "flop", "bytes", "intensity", "tflops", "bw_gbps", "compute_util", "bw_util",
+    "peak_bytes", "weights_bytes", "cache_bytes", "activations_bytes", "energy_j",
+    "energy_j_per_token", "threads", "measure_s", "git_commit",
+]  # fmt: skip
+SIZE_COLUMNS = ["d_model", "n_layers", "n_heads", "head_dim", "expand", "d_conv", "chunk"]
+
+_nonneg = pa.Check.ge(0)
+
+
+def _float(nullable: bool = True) -> pa.Column:
+    return pa.Column(float, _nonneg, nullable=nullable, coerce=True)
+
+
+CELLS_SCHEMA = pa.DataFrameSchema(
+    {
+        "run": pa.Column(str),
+        "model": pa.Column(str),
+        "backend": pa.Column(str),
+        "phase": pa.Column(str, pa.Check.isin(["prefill", "decode", "train"])),
+        "batch": pa.Column(int, pa.Check.ge(1), coerce=True),
+        "seq_len": pa.Column(int, pa.Check.ge(1), coerce=True),
+        "d_state": pa.Column(int, pa.Check.ge(0), coerce=True),
+        "dtype": pa.Column(str, pa.Check.isin(["fp64", "fp32", "fp16", "bf16"])),
+        "device": pa.Column(str),
+        "device_name": pa.Column(str, nullable=True),
+        "status": pa.Column(str, pa.Check.isin(list(STATUSES))),
+        "reason": pa.Column(str, nullable=True),
+        "time_ms_median": _float(),
+        "time_ms_p95": _float(),
+        "n_samples": pa.Column(int, pa.Check.ge(0), coerce=True),
+        "tokens": _float(),
+        "flop": _float(),
+        "bytes": _float(),
+        "intensity": _float(),
+        "tflops": _float(),
+        "bw_gbps": _float(),
+        "compute_util": _float(),
+        "bw_util": _float(),
+        "peak_bytes": _float(),
+        "weights_bytes": _float(),
+        "cache_bytes": _float(),
+        "activations_bytes": _float(),
+        "energy_j": _float(),
+        "energy_j_per_token": _float(),
+        "threads": _float(),
+        "measure_s": _float(),
+        "git_commit": pa.Column(str, nullable=True),
+        **{c: pa.Column(int, pa.Check.ge(1), coerce=True) for c in SIZE_COLUMNS},
+    },
+    checks=[
+        # an ok cell has timings, and its P95 is never below its median
+        pa.Check(lambda df: (df.status != "ok") | df.time_ms_median.notna(), name="ok_has_time"),
+        pa.Check(
+            lambda df: (df.status != "ok") | (df.time_ms_p95 >= df.time_ms_median),
+            name="p95_ge_median",
+        ),
+        pa.Check(lambda df: (df.status == "ok") | (df.reason.str.len() > 0), name="why_not_ok"),
+    ],
+    unique=KEYS,
+    strict=True,
+)
+
+SAMPLES_SCHEMA = pa.DataFrameSchema(
+    {
+        **{k: CELLS_SCHEMA.columns[k] for k in KEYS},
+        "sample": pa.Column(int, pa.Check.ge(0), coerce=True),
+        "time_ms": pa.Column(float, pa.Check.ge(0), coerce=True),
+    },
+    unique=KEYS + ["sample"],
+    strict=True,
+)
+
+VERIFY_SCHEMA = pa.DataFrameSchema(
+    {
+        "run": pa.Column(str),
+        "model": pa.Column(str),
+        "backend": pa.Column(str),
+        "device": pa.Column(str),
+        "status": pa.Column(str, pa.Check.isin(["passed", "failed", "unavailable"])),
+        "reason": pa.Column(str, nullable=True),
+        "check": pa.Column(str, nullable=True),
+        "dtype": pa.Column(str, nullable=True),
+        "max_abs_err": pa.Column(float, nullable=True, coerce=True),
+        "rel_rms_err": pa.Column(float, nullable=True, coerce=True),
+        "atol": pa.Column(float, nullable=True, coerce=True),
+        "rtol": pa.Column(float, nullable=True, coerce=True),
+        "ok": pa.Column(bool, nullable=True, coerce=True),
+    },
+    strict=True,
+)
+
+
+def cells_table(records: Iterable[CellRecord]) -> pd.DataFrame:
+    rows = []
+    for r in records:
+        d = r.to_dict()
+        row = {c: d[c] for c in CELL_COLUMNS}
+        row.update({c: d["size"][c] for c in SIZE_COLUMNS})
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=CELL_COLUMNS + SIZE_COLUMNS)
+    df = df.sort_values(KEYS, ignore_index=True)
+    return CELLS_SCHEMA.validate(df)
+
+
+def samples_table(records: Iterable[CellRecord]) -> pd.DataFrame:
+    rows = [
+        {**{k: getattr(r, k) for k in KEYS}, "sample": i, "time_ms": t}
+        for r in records
+        for i, t in enumerate(r.samples_ms)
+    ]
+    df = pd.DataFrame(rows, columns=KEYS + ["sample", "time_ms"])
+    return SAMPLES_SCHEMA.validate(df.sort_values(KEYS + ["sample"], ignore_index=True))
+
+
+def verify_table(run: str, verify_records: Iterable[dict]) -> pd.DataFrame:
+    rows = []
+    for v in verify_records:
+        base = {"run": run, "model": v["model"], "backend": v["backend"], "device": v["device"],
+                "status": v["status"], "reason": v["reason"]}  # fmt: skip
+        checks = v["checks"] or [{}]
+        for c in checks:
+            rows.append({**base, "check": c.get("name"), "dtype": c.get("dtype"),
+                         **{k: c.get(k) for k in ("max_abs_err", "rel_rms_err", "atol", "rtol",
+                                                  "ok")}})  # fmt: skip
+    df = pd.DataFrame(rows, columns=list(VERIFY_SCHEMA.columns))
+    return VERIFY_SCHEMA.validate(df)
+
+
+def read_cells(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a cells table (CSV or Parquet) and check it, naming the file on failure."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"cells table {path} does not exist")
+    if path.suffix == ".parquet":
+        df = pd.read_parquet(path)
+    else:
+        text_columns = ("reason", "device_name", "git_commit")
+        df = pd.read_csv(path, dtype={c: object for c in text_columns})
+        for col in text_columns:
+            if col in df:
+                df[col] = df[col].fillna("").astype(str)
+    try:
+        return CELLS_SCHEMA.validate(df, lazy=True)
+    except (pa.errors.SchemaErrors, pa.errors.SchemaError) as e:
+        raise ValueError(f"{path}: not a valid cells table:\n{e}") from None
+
+
+def aggregate(cell_paths: Iterable[str], verify_paths: Iterable[str], run: str) -> dict:
+    """Read every record of a run and return its tables by file name."""
+    records = [read_record(p) for p in cell_paths]
+    verify_records = []
+    for p in verify_paths:
+        with open(p) as f:
+            verify_records.append(json.load(f))
+    return {
+        "cells": cells_table(records),
+        "samples": samples_table(records),
+        "verify": verify_table(run, verify_records),
+    }
+
+
+def write_tables(tables: dict, paths: dict) -> None:
+    """Write ``{"cells": df, ...}`` to the paths ``{"cells.csv": ..., "cells.parquet": ...}``."""
+
+    for name, path in paths.items():
+        stem, ext = name.split(".")
+        df = tables[stem]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = f"{path}.tmp"
+        if ext == "csv":
+            df.to_csv(tmp, index=False)
+        else:
+            df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)

@@ -1,0 +1,172 @@
+"""The config is validated before anything runs; bad input names the key and the value."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ssmbench import config as sbconfig
+from tests.conftest import snakemake
+
+BASE = sbconfig.load()
+
+
+def cfg(**overrides) -> dict:
+    c = copy.deepcopy(BASE)
+    c.update(overrides)
+    return c
+
+
+def sweep_of(c: dict, preset: str = "cpu") -> dict:
+    return c["presets"][preset]["sweeps"][0]
+
+
+def test_default_config_plans_cpu_without_gpu():
+    plan = sbconfig.plan(cfg(), cuda=False)
+    assert plan.preset == "cpu" and plan.run == "cpu" and plan.device == "cpu"
+    assert {c.seq_len for c in plan.cells} == {256, 512, 1024, 2048, 4096}
+    assert set(plan.pairs) == {(m, b) for m in ("attention", "mamba") for b in ("naive", "torch")}
+    assert len(plan.cells) == 20
+
+
+def test_auto_picks_gpu_when_cuda_and_run_override():
+    assert sbconfig.plan(cfg(), cuda=True).preset == "gpu"
+    assert sbconfig.plan(cfg(preset="ci", run="mine")).run == "mine"
+
+
+def test_attention_cells_use_the_n0_placeholder():
+    plan = sbconfig.plan(cfg(preset="ci"))
+    assert {c.d_state for c in plan.cells if c.model == "attention"} == {0}
+    assert {c.d_state for c in plan.cells if c.model == "mamba"} == {4}
+
+
+def _bad_unknown_preset():
+    return cfg(preset="tpu"), ["preset", "'tpu'"]
+
+
+def _bad_unknown_model():
+    c = cfg()
+    sweep_of(c)["models"] = ["mamba", "rwkv"]
+    return c, ["presets.cpu.sweeps[0].models[1]", "'rwkv'"]
+
+
+def _bad_unknown_backend():
+    c = cfg()
+    sweep_of(c)["backends"] = ["cuda-magic"]
+    return c, ["presets.cpu.sweeps[0].backends[0]", "'cuda-magic'"]
+
+
+def _bad_unknown_dtype():
+    c = cfg()
+    sweep_of(c)["dtype"] = ["fp8"]
+    return c, ["presets.cpu.sweeps[0].dtype[0]", "'fp8'"]
+
+
+def _bad_negative_length():
+    c = cfg()
+    sweep_of(c)["seq_len"] = [256, -4]
+    return c, ["presets.cpu.sweeps[0].seq_len[1]", "-4"]
+
+
+def _bad_zero_length():
+    c = cfg()
+    sweep_of(c)["seq_len"] = [0]
+    return c, ["presets.cpu.sweeps[0].seq_len[0]", "0"]
+
+
+def _bad_empty_sweep_axis():
+    c = cfg()
+    sweep_of(c)["batch"] = []
+    return c, ["presets.cpu.sweeps[0].batch", "[]"]
+
+
+def _bad_no_sweeps():
+    c = cfg()
+    c["presets"]["cpu"]["sweeps"] = []
+    return c, ["presets.cpu.sweeps", "[]"]
+
+
+def _bad_figure_needs_missing_backend():
+    c = cfg()
+    sweep_of(c)["backends"] = ["torch"]
+    c["figures"]["latency_scaling"] = {"phase": "prefill", "backends": ["naive"]}
+    return c, ["figures.latency_scaling.backends", "'naive'"]
+
+
+def _bad_figure_needs_missing_model():
+    c = cfg(preset="ci")
+    sweep_of(c, "ci")["models"] = ["attention"]
+    c["figures"]["latency_scaling"] = {"models": ["mamba"]}
+    return c, ["figures.latency_scaling.models", "'mamba'", "'ci'"]
+
+
+def _bad_unknown_figure():
+    c = cfg()
+    c["figures"]["pretty_picture"] = {}
+    return c, ["figures", "'pretty_picture'"]
+
+
+def _bad_unknown_key():
+    return cfg(prest="cpu"), ["<top level>", "'prest'"]
+
+
+def _bad_source():
+    return cfg(source="cloud"), ["source", "'cloud'"]
+
+
+def _bad_timing():
+    c = cfg()
+    c["presets"]["cpu"]["timing"]["max_samples"] = 2
+    return c, ["presets.cpu.timing.max_samples", "2", "min_samples=5"]
+
+
+def _bad_size():
+    c = cfg()
+    c["presets"]["cpu"]["size"]["n_layers"] = 0
+    return c, ["presets.cpu.size.n_layers", "0"]
+
+
+def _bad_run_name():
+    return cfg(run="../escape"), ["run", "'../escape'"]
+
+
+BAD = [
+    _bad_unknown_preset, _bad_unknown_model, _bad_unknown_backend, _bad_unknown_dtype,
+    _bad_negative_length, _bad_zero_length, _bad_empty_sweep_axis, _bad_no_sweeps,
+    _bad_figure_needs_missing_backend, _bad_figure_needs_missing_model, _bad_unknown_figure,
+    _bad_unknown_key, _bad_source, _bad_timing, _bad_size, _bad_run_name,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("make", BAD, ids=[f.__name__[5:] for f in BAD])
+def test_bad_config_names_key_and_value(make):
+    config, expected = make()
+    with pytest.raises(sbconfig.ConfigError) as info:
+        sbconfig.plan(config, cuda=False)
+    for text in expected:
+        assert text in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--config", "preset=tpu"], "config key preset: unknown value 'tpu'"),
+        (["--config", "preset=ci", "run=a/b"], "config key run"),
+        (["--config", "source=cloud"], "config key source: 'cloud'"),
+    ],
+    ids=["unknown-preset", "bad-run", "bad-source"],
+)
+def test_workflow_refuses_bad_config_and_writes_nothing(workflow_copy, args, expected):
+    before = sorted(p.relative_to(workflow_copy) for p in workflow_copy.rglob("*"))
+    out = snakemake(workflow_copy, *args)
+    assert out.returncode != 0
+    assert expected in out.stderr
+    after = sorted(
+        p.relative_to(workflow_copy)
+        for p in workflow_copy.rglob("*")
+        if ".snakemake" not in p.parts
+    )
+    assert after == before
+    assert not (workflow_copy / "results" / "cpu").exists()

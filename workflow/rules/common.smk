@@ -1,0 +1,130 @@
+# Validation, the resolved plan, wildcard constraints and input functions.
+import math
+import os
+import sys
+from pathlib import Path
+
+# The package is used from src/, so neither the Snakefile nor the jobs (nor a conda env
+# made by --sdm conda) need it installed.
+SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
+
+from ssmbench import paths  # noqa: E402
+from ssmbench.config import Cell, ConfigError, plan, precollected_runs  # noqa: E402
+
+try:
+    PLAN = plan(config)
+except ConfigError as error:
+    sys.exit(f"ssm-bench: {error}")
+
+RUN = PLAN.run
+LIVE = PLAN.source == "live"
+CUDA = PLAN.device == "cuda"
+# A CPU measurement owns every core, so nothing runs beside it; a GPU cell owns its card.
+BENCH_THREADS = (workflow.cores or os.cpu_count() or 1) if not CUDA else 1
+BENCH_RESOURCES = dict(
+    mem_mb=PLAN.mem_mb,
+    runtime=5 + math.ceil(2 * PLAN.timing.max_time_s / 60),
+    gpu=1 if CUDA else 0,
+)
+
+
+wildcard_constraints:
+    run=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    model=r"[a-z0-9]+",
+    backend=r"[a-z][a-z-]*",
+    phase=r"[a-z]+",
+    batch=r"\d+",
+    seq_len=r"\d+",
+    d_state=r"\d+",
+    dtype=r"fp64|fp32|fp16|bf16",
+    figure=r"[a-z_]+",
+
+
+def live_run(run):
+    """The plan's run, or a clear error when a target names another run."""
+    if not LIVE:
+        raise ValueError(f"run {run!r}: source=precollected measures nothing")
+    if run != RUN:
+        raise ValueError(f"run {run!r} is not this config's run {RUN!r} (set run={run})")
+    return run
+
+
+def planned_cell(wildcards):
+    cell = Cell(
+        wildcards.model,
+        wildcards.backend,
+        wildcards.phase,
+        int(wildcards.batch),
+        int(wildcards.seq_len),
+        int(wildcards.d_state),
+        wildcards.dtype,
+    )
+    if cell not in PLAN.cells:
+        raise ValueError(f"{cell} is not in preset {PLAN.preset!r}")
+    return cell
+
+
+def cell_params(wildcards):
+    return vars(planned_cell(wildcards))
+
+
+def verify_input(wildcards):
+    live_run(wildcards.run)
+    return paths.verify_record(wildcards.run, wildcards.model, wildcards.backend)
+
+
+def run_dtypes(wildcards):
+    pair = (wildcards.model, wildcards.backend)
+    return sorted({c.dtype for c in PLAN.cells if (c.model, c.backend) == pair})
+
+
+def run_cells(wildcards):
+    run = live_run(wildcards.run)
+    return [paths.cell_record(run, c) for c in PLAN.cells]
+
+
+def run_verify_records(wildcards):
+    run = live_run(wildcards.run)
+    return [paths.verify_record(run, m, b) for m, b in PLAN.pairs]
+
+
+def figure_cells(wildcards):
+    run = live_run(wildcards.run)
+    if wildcards.figure not in PLAN.figures:
+        raise ValueError(f"unknown figure {wildcards.figure!r}; known: {sorted(PLAN.figures)}")
+    return [paths.cell_record(run, c) for c in PLAN.figure_cells(wildcards.figure)]
+
+
+def figure_table(wildcards):
+    if LIVE:
+        live_run(wildcards.run)
+        return paths.figure_table(wildcards.run, wildcards.figure)
+    return paths.precollected_table(wildcards.run, "cells.csv", PLAN.precollected_dir)
+
+
+def figure_filters(wildcards):
+    spec = PLAN.figures[wildcards.figure]
+    return {
+        "phase": spec.phase,
+        "models": list(spec.models) if spec.models else None,
+        "backends": list(spec.backends) if spec.backends else None,
+    }
+
+
+def with_prov(files):
+    return [f for path in files for f in (path, paths.prov(path))]
+
+
+def all_targets():
+    runs = [RUN] if LIVE else precollected_runs(PLAN.precollected_dir)
+    if not runs:
+        sys.exit(f"ssm-bench: source=precollected but no run in {PLAN.precollected_dir}/")
+    targets = []
+    if LIVE:
+        targets += [paths.table(RUN, name) for name in paths.TABLES]
+    for run in runs:
+        for fig in PLAN.figures:
+            targets += [paths.figure(run, fig, ext) for ext in paths.FIGURE_EXTS]
+    return with_prov(targets)

@@ -1,0 +1,36 @@
+localrules:
+    figure_table,
+    figure,
+
+
+rule figure_table:
+    input:
+        cells=figure_cells,
+    output:
+        table=paths.FIGURE_TABLE,
+        prov=paths.prov(paths.FIGURE_TABLE),
+    log:
+        "logs/{run}/figure_table/{figure}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../../scripts/figure_table.py"
+
+
+rule figure:
+    input:
+        table=figure_table,
+        notebook="notebooks/{figure}.ipynb",
+    output:
+        pdf=paths.figure("{run}", "{figure}", "pdf"),
+        png=paths.figure("{run}", "{figure}", "png"),
+        ipynb=paths.figure("{run}", "{figure}", "ipynb"),
+        prov=[paths.prov(paths.figure("{run}", "{figure}", e)) for e in paths.FIGURE_EXTS],
+    params:
+        filters=figure_filters,
+    log:
+        "logs/{run}/figure/{figure}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../../scripts/figure.py"
