@@ -1,5 +1,7 @@
 """Rule aggregate: a run's records -> cells.csv/.parquet, samples.parquet, verify.csv."""
 
+import _src  # noqa: F401  (puts ../src on sys.path)
+
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
 from ssmbench.tables import aggregate, write_tables

@@ -2,6 +2,7 @@
 
 import os
 
+import _src  # noqa: F401  (puts ../src on sys.path)
 import papermill
 
 from ssmbench.provenance import from_snakemake, now

@@ -1,5 +1,7 @@
 """Rule figure_table: the cells one figure needs, as a cells table of their own."""
 
+import _src  # noqa: F401  (puts ../src on sys.path)
+
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
 from ssmbench.tables import aggregate, write_tables

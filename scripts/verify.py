@@ -1,5 +1,7 @@
 """Rule verify: check one (model, backend) against the float64 reference on the run's device."""
 
+import _src  # noqa: F401  (puts ../src on sys.path)
+
 from ssmbench.cell import run_verify
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import write_json_atomic
@@ -8,11 +10,14 @@ from ssmbench.scripting import logged
 with logged(snakemake):
     started = now()
     p = snakemake.params
-    record = run_verify(snakemake.wildcards.model, snakemake.wildcards.backend, p.device,
-                        p.dtypes, seed=p.seed)  # fmt: skip
+    record = run_verify(
+        snakemake.wildcards.model, snakemake.wildcards.backend, p.device, p.dtypes, seed=p.seed
+    )
     print(f"{record['model']}/{record['backend']}: {record['status']} {record['reason']}")
     for check in record["checks"]:
-        print(f"  {check['name']} [{check['dtype']}] max_abs_err={check['max_abs_err']:.3e} "
-              f"rel_rms_err={check['rel_rms_err']:.3e} ok={check['ok']}")  # fmt: skip
+        print(
+            f"  {check['name']} [{check['dtype']}] max_abs_err={check['max_abs_err']:.3e} "
+            f"rel_rms_err={check['rel_rms_err']:.3e} ok={check['ok']}"
+        )
     write_json_atomic(snakemake.output.record, record)
     from_snakemake(snakemake, seed=p.seed, started=started)

@@ -132,11 +132,23 @@ def _bad_run_name():
 
 
 BAD = [
-    _bad_unknown_preset, _bad_unknown_model, _bad_unknown_backend, _bad_unknown_dtype,
-    _bad_negative_length, _bad_zero_length, _bad_empty_sweep_axis, _bad_no_sweeps,
-    _bad_figure_needs_missing_backend, _bad_figure_needs_missing_model, _bad_unknown_figure,
-    _bad_unknown_key, _bad_source, _bad_timing, _bad_size, _bad_run_name,
-]  # fmt: skip
+    _bad_unknown_preset,
+    _bad_unknown_model,
+    _bad_unknown_backend,
+    _bad_unknown_dtype,
+    _bad_negative_length,
+    _bad_zero_length,
+    _bad_empty_sweep_axis,
+    _bad_no_sweeps,
+    _bad_figure_needs_missing_backend,
+    _bad_figure_needs_missing_model,
+    _bad_unknown_figure,
+    _bad_unknown_key,
+    _bad_source,
+    _bad_timing,
+    _bad_size,
+    _bad_run_name,
+]
 
 
 @pytest.mark.parametrize("make", BAD, ids=[f.__name__[5:] for f in BAD])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pandera.pandas as pa
 import pytest
 
 from ssmbench import records, tables
@@ -15,15 +16,38 @@ from ssmbench.config import Timing
 from ssmbench.measure.timing import measure, percentile
 from ssmbench.records import CellRecord
 
-SIZE = {"d_model": 32, "n_layers": 1, "n_heads": 2, "head_dim": 16, "expand": 2, "d_conv": 4,
-        "chunk": 16}  # fmt: skip
+SIZE = {
+    "d_model": 32,
+    "n_layers": 1,
+    "n_heads": 2,
+    "head_dim": 16,
+    "expand": 2,
+    "d_conv": 4,
+    "chunk": 16,
+}
 
 
 def make_record(**kw) -> CellRecord:
-    base = dict(run="t", model="mamba", backend="torch", phase="prefill", batch=1, seq_len=64,
-                d_state=4, dtype="fp32", device="cpu", size=SIZE, samples_ms=[1.0, 2.0, 3.0],
-                n_samples=3, time_ms_median=2.0, time_ms_p95=2.9, tokens=64, flop=1e6,
-                bytes=1e4, intensity=100.0)  # fmt: skip
+    base = dict(
+        run="t",
+        model="mamba",
+        backend="torch",
+        phase="prefill",
+        batch=1,
+        seq_len=64,
+        d_state=4,
+        dtype="fp32",
+        device="cpu",
+        size=SIZE,
+        samples_ms=[1.0, 2.0, 3.0],
+        n_samples=3,
+        time_ms_median=2.0,
+        time_ms_p95=2.9,
+        tokens=64,
+        flop=1e6,
+        bytes=1e4,
+        intensity=100.0,
+    )
     base.update(kw)
     return CellRecord(**base)
 
@@ -95,9 +119,16 @@ def test_tables_from_records(tmp_path):
     recs = [
         make_record(seq_len=64),
         make_record(seq_len=128, backend="naive"),
-        make_record(seq_len=128, status="oom", reason="RuntimeError: out of memory",
-                    samples_ms=[], n_samples=0, time_ms_median=None, time_ms_p95=None),
-    ]  # fmt: skip
+        make_record(
+            seq_len=128,
+            status="oom",
+            reason="RuntimeError: out of memory",
+            samples_ms=[],
+            n_samples=0,
+            time_ms_median=None,
+            time_ms_p95=None,
+        ),
+    ]
     cells = tables.cells_table(recs)
     assert list(cells.columns[: len(tables.KEYS)]) == tables.KEYS
     assert set(tables.CELL_COLUMNS) <= set(cells.columns)
@@ -111,9 +142,9 @@ def test_tables_from_records(tmp_path):
 
 
 def test_tables_refuse_duplicate_cells_and_p95_below_median(tmp_path):
-    with pytest.raises(Exception, match="p95_ge_median"):
+    with pytest.raises(pa.errors.SchemaError, match="p95_ge_median"):
         tables.cells_table([make_record(time_ms_p95=1.0)])
-    with pytest.raises(Exception):
+    with pytest.raises(pa.errors.SchemaError, match="not unique"):
         tables.cells_table([make_record(), make_record()])
 
 

@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     d_state = 0 if args.model in sbconfig.NO_STATE else args.d_state
     spec = CellSpec(
         run="adhoc",
-        cell=sbconfig.Cell(args.model, args.backend, args.phase, args.batch, args.seq_len,
-                           d_state, args.dtype),  # fmt: skip
+        cell=sbconfig.Cell(
+            args.model, args.backend, args.phase, args.batch, args.seq_len, d_state, args.dtype
+        ),
         device=device,
         size=sbconfig.Size(**preset["size"]),
         timing=sbconfig.Timing(**preset["timing"]),
@@ -77,9 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         write_record(args.out, record)
     if args.summary:
-        print(f"{args.model}/{args.backend} {args.phase} b{args.batch} t{args.seq_len}: "
-              f"{record.status} {record.reason} median={record.time_ms_median} ms "
-              f"p95={record.time_ms_p95} ms n={record.n_samples}")  # fmt: skip
+        print(
+            f"{args.model}/{args.backend} {args.phase} b{args.batch} t{args.seq_len}: "
+            f"{record.status} {record.reason} median={record.time_ms_median} ms "
+            f"p95={record.time_ms_p95} ms n={record.n_samples}"
+        )
     else:
         print(json.dumps(record.to_dict(), indent=1))
     return 0 if record.status == "ok" else 1

@@ -34,8 +34,12 @@ class CellSpec:
 def torch_dtype(name: str):
     import torch
 
-    return {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16,
-            "bf16": torch.bfloat16}[name]  # fmt: skip
+    return {
+        "fp64": torch.float64,
+        "fp32": torch.float32,
+        "fp16": torch.float16,
+        "bf16": torch.bfloat16,
+    }[name]
 
 
 def device_unavailable(device: str) -> str:
@@ -79,8 +83,17 @@ def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: i
     """
     from ssmbench.verify import verify_backend
 
-    record = {"model": model, "backend": backend, "device": device, "dtypes": list(dtypes),
-              "seed": seed, "started": now(), "status": "passed", "reason": "", "checks": []}  # fmt: skip
+    record = {
+        "model": model,
+        "backend": backend,
+        "device": device,
+        "dtypes": list(dtypes),
+        "seed": seed,
+        "started": now(),
+        "status": "passed",
+        "reason": "",
+        "checks": [],
+    }
     reason = device_unavailable(device)
     if reason:
         record.update(status="unavailable", reason=reason)
@@ -121,12 +134,21 @@ def run_cell(spec: CellSpec, verify: dict | None = None, threads: int | None = N
     """
     c = spec.cell
     record = CellRecord(
-        run=spec.run, model=c.model, backend=c.backend, phase=c.phase, batch=c.batch,
-        seq_len=c.seq_len, d_state=c.d_state, dtype=c.dtype, device=spec.device,
-        size=asdict(spec.size), seed=spec.seed, started=now(),
+        run=spec.run,
+        model=c.model,
+        backend=c.backend,
+        phase=c.phase,
+        batch=c.batch,
+        seq_len=c.seq_len,
+        d_state=c.d_state,
+        dtype=c.dtype,
+        device=spec.device,
+        size=asdict(spec.size),
+        seed=spec.seed,
+        started=now(),
         git_commit=git_state()["commit"],
         verify=verify_summary(verify) if verify is not None else None,
-    )  # fmt: skip
+    )
     try:
         _measure_into(record, spec, verify, threads)
     except Exception as e:
@@ -159,8 +181,15 @@ def _measure_into(record: CellRecord, spec: CellSpec, verify: dict | None, threa
     record.threads = threads
     record.device_name = device_name(spec.device)
     dtype = torch_dtype(c.dtype)
-    model = build_model(c.model, spec.size, max(c.d_state, 1), c.backend, device=spec.device,
-                        dtype=dtype, seed=spec.seed)  # fmt: skip
+    model = build_model(
+        c.model,
+        spec.size,
+        max(c.d_state, 1),
+        c.backend,
+        device=spec.device,
+        dtype=dtype,
+        seed=spec.seed,
+    )
     generator = torch.Generator(device="cpu").manual_seed(spec.seed)
     x = torch.randn(c.batch, c.seq_len, spec.size.d_model, generator=generator)
     x = x.to(device=spec.device, dtype=dtype)

@@ -193,7 +193,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     }
     source = config["source"]
     if source == "live":
-        for fig, spec in figures.items():
+        for spec in figures.values():
             _check_figure(name, spec, cells)
 
     return Plan(

@@ -60,10 +60,13 @@ def n_params(model: str, size: Size, d_state: int) -> int:
         per_layer = (
             D  # norm
             + D * 2 * E  # in_proj (x and z)
-            + E * k + E  # depthwise conv weight and bias
+            + E * k
+            + E  # depthwise conv weight and bias
             + E * (R + 2 * N)  # x_proj -> (delta, B, C)
-            + R * E + E  # dt_proj weight and bias
-            + E * N + E  # A_log and D
+            + R * E
+            + E  # dt_proj weight and bias
+            + E * N
+            + E  # A_log and D
             + E * D  # out_proj
         )
     else:

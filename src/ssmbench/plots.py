@@ -88,10 +88,22 @@ def _latency_panel(ax: plt.Axes, panel: pd.DataFrame) -> None:
         line = line.sort_values("seq_len")
         color = FAMILY_COLORS.get(model, "black")
         style = BACKEND_STYLES.get(backend, dict(linestyle="-", marker="."))
-        ax.plot(line.seq_len, line.time_ms_median, color=color, label=f"{model} / {backend}",
-                markersize=4, **style)  # fmt: skip
-        ax.fill_between(line.seq_len, line.time_ms_median, line.time_ms_p95, color=color,
-                        alpha=0.15, linewidth=0)  # fmt: skip
+        ax.plot(
+            line.seq_len,
+            line.time_ms_median,
+            color=color,
+            label=f"{model} / {backend}",
+            markersize=4,
+            **style,
+        )
+        ax.fill_between(
+            line.seq_len,
+            line.time_ms_median,
+            line.time_ms_p95,
+            color=color,
+            alpha=0.15,
+            linewidth=0,
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length T (tokens)")
@@ -100,9 +112,15 @@ def _latency_panel(ax: plt.Axes, panel: pd.DataFrame) -> None:
     if not not_ok.empty:
         floor = ax.get_ylim()[0] if not ok.empty else 1.0
         for (model, status), rows in not_ok.groupby(["model", "status"]):
-            ax.scatter(rows.seq_len, [floor] * len(rows), marker=STATUS_MARKERS.get(status, "x"),
-                       color=FAMILY_COLORS.get(model, "black"), s=60, clip_on=False,
-                       label=f"{model}: {status}")  # fmt: skip
+            ax.scatter(
+                rows.seq_len,
+                [floor] * len(rows),
+                marker=STATUS_MARKERS.get(status, "x"),
+                color=FAMILY_COLORS.get(model, "black"),
+                s=60,
+                clip_on=False,
+                label=f"{model}: {status}",
+            )
 
 
 FIGURES = {"latency_scaling": latency_scaling}

@@ -25,9 +25,19 @@ from ssmbench.paths import prov
 from ssmbench.records import write_json_atomic
 
 PACKAGES = (
-    "ssmbench", "torch", "triton", "numpy", "pandas", "matplotlib", "snakemake", "papermill",
-    "mamba_ssm", "fla-core", "flash_attn", "nvidia-ml-py",
-)  # fmt: skip
+    "ssmbench",
+    "torch",
+    "triton",
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "snakemake",
+    "papermill",
+    "mamba_ssm",
+    "fla-core",
+    "flash_attn",
+    "nvidia-ml-py",
+)
 
 
 def now() -> str:

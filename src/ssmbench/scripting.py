@@ -4,7 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import sys
+from pathlib import Path
+
+from ssmbench.config import REPO
+
+# What a clean clone holds: everything but environments and generated files.
+NOT_IN_A_CLONE = (
+    ".venv*",
+    ".git",
+    "figures",
+    "logs",
+    ".snakemake",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    "*.egg-info",
+)
 
 
 @contextlib.contextmanager
@@ -14,8 +31,12 @@ def logged(snakemake):
     An exception is written to the log too, then re-raised so the job fails."""
     path = snakemake.log[0]
     with open(path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        logging.basicConfig(stream=log, level=logging.INFO, force=True,
-                            format="%(asctime)s %(levelname)s %(message)s")  # fmt: skip
+        logging.basicConfig(
+            stream=log,
+            level=logging.INFO,
+            force=True,
+            format="%(asctime)s %(levelname)s %(message)s",
+        )
         try:
             yield
         except BaseException:
@@ -25,3 +46,14 @@ def logged(snakemake):
             log.flush()
             print(f"error: see {path}", file=sys.__stderr__)
             raise
+
+
+def copy_workflow(dest: Path, precollected: bool = True) -> Path:
+    """Copy the repository to ``dest`` as a clean clone would hold it; of ``results/`` only
+    ``results/precollected/`` is kept, and only when ``precollected`` is true."""
+    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(*NOT_IN_A_CLONE))
+    results = Path(dest) / "results"
+    for child in results.iterdir() if results.is_dir() else []:
+        if child.name != "precollected" or not precollected:
+            shutil.rmtree(child)
+    return Path(dest)

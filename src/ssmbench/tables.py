@@ -19,11 +19,31 @@ from ssmbench.records import STATUSES, CellRecord, read_record
 KEYS = ["run", "model", "backend", "phase", "batch", "seq_len", "d_state", "dtype"]
 
 CELL_COLUMNS = KEYS + [
-    "device", "device_name", "status", "reason", "time_ms_median", "time_ms_p95", "n_samples",
-    "tokens", "flop", "bytes", "intensity", "tflops", "bw_gbps", "compute_util", "bw_util",
-    "peak_bytes", "weights_bytes", "cache_bytes", "activations_bytes", "energy_j",
-    "energy_j_per_token", "threads", "measure_s", "git_commit",
-]  # fmt: skip
+    "device",
+    "device_name",
+    "status",
+    "reason",
+    "time_ms_median",
+    "time_ms_p95",
+    "n_samples",
+    "tokens",
+    "flop",
+    "bytes",
+    "intensity",
+    "tflops",
+    "bw_gbps",
+    "compute_util",
+    "bw_util",
+    "peak_bytes",
+    "weights_bytes",
+    "cache_bytes",
+    "activations_bytes",
+    "energy_j",
+    "energy_j_per_token",
+    "threads",
+    "measure_s",
+    "git_commit",
+]
 SIZE_COLUMNS = ["d_model", "n_layers", "n_heads", "head_dim", "expand", "d_conv", "chunk"]
 
 _nonneg = pa.Check.ge(0)
@@ -137,13 +157,24 @@ def samples_table(records: Iterable[CellRecord]) -> pd.DataFrame:
 def verify_table(run: str, verify_records: Iterable[dict]) -> pd.DataFrame:
     rows = []
     for v in verify_records:
-        base = {"run": run, "model": v["model"], "backend": v["backend"], "device": v["device"],
-                "status": v["status"], "reason": v["reason"]}  # fmt: skip
+        base = {
+            "run": run,
+            "model": v["model"],
+            "backend": v["backend"],
+            "device": v["device"],
+            "status": v["status"],
+            "reason": v["reason"],
+        }
         checks = v["checks"] or [{}]
         for c in checks:
-            rows.append({**base, "check": c.get("name"), "dtype": c.get("dtype"),
-                         **{k: c.get(k) for k in ("max_abs_err", "rel_rms_err", "atol", "rtol",
-                                                  "ok")}})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "check": c.get("name"),
+                    "dtype": c.get("dtype"),
+                    **{k: c.get(k) for k in ("max_abs_err", "rel_rms_err", "atol", "rtol", "ok")},
+                }
+            )
     df = pd.DataFrame(rows, columns=list(VERIFY_SCHEMA.columns))
     return VERIFY_SCHEMA.validate(df)
 

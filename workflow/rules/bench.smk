@@ -4,6 +4,13 @@ rule bench:
     output:
         record=paths.CELL,
         prov=paths.prov(paths.CELL),
+    log:
+        "logs/{run}/bench/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log",
+    conda:
+        "../../envs/bench.yaml"
+    threads: BENCH_THREADS
+    resources:
+        **BENCH_RESOURCES,
     params:
         run=RUN,
         cell=cell_params,
@@ -11,12 +18,5 @@ rule bench:
         size=vars(PLAN.size),
         timing=vars(PLAN.timing),
         seed=PLAN.seed,
-    threads: BENCH_THREADS
-    resources:
-        **BENCH_RESOURCES,
-    log:
-        "logs/{run}/bench/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log",
-    conda:
-        "../../envs/bench.yaml"
     script:
         "../../scripts/bench.py"

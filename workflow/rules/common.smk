@@ -4,11 +4,9 @@ import os
 import sys
 from pathlib import Path
 
-# The package is used from src/, so neither the Snakefile nor the jobs (nor a conda env
-# made by --sdm conda) need it installed.
-SRC = str(Path(workflow.basedir) / "src")
-sys.path.insert(0, SRC)
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
+# The package is used from src/, so the Snakefile needs it not installed (jobs do the same
+# through scripts/_src.py).
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from ssmbench import paths  # noqa: E402
 from ssmbench.config import Cell, ConfigError, plan, precollected_runs  # noqa: E402
@@ -47,7 +45,9 @@ def live_run(run):
     if not LIVE:
         raise ValueError(f"run {run!r}: source=precollected measures nothing")
     if run != RUN:
-        raise ValueError(f"run {run!r} is not this config's run {RUN!r} (set run={run})")
+        raise ValueError(
+            f"run {run!r} is not this config's run {RUN!r} (set run={run})"
+        )
     return run
 
 
@@ -93,7 +93,9 @@ def run_verify_records(wildcards):
 def figure_cells(wildcards):
     run = live_run(wildcards.run)
     if wildcards.figure not in PLAN.figures:
-        raise ValueError(f"unknown figure {wildcards.figure!r}; known: {sorted(PLAN.figures)}")
+        raise ValueError(
+            f"unknown figure {wildcards.figure!r}; known: {sorted(PLAN.figures)}"
+        )
     return [paths.cell_record(run, c) for c in PLAN.figure_cells(wildcards.figure)]
 
 
@@ -120,7 +122,9 @@ def with_prov(files):
 def all_targets():
     runs = [RUN] if LIVE else precollected_runs(PLAN.precollected_dir)
     if not runs:
-        sys.exit(f"ssm-bench: source=precollected but no run in {PLAN.precollected_dir}/")
+        sys.exit(
+            f"ssm-bench: source=precollected but no run in {PLAN.precollected_dir}/"
+        )
     targets = []
     if LIVE:
         targets += [paths.table(RUN, name) for name in paths.TABLES]

@@ -25,12 +25,14 @@ rule figure:
         pdf=paths.figure("{run}", "{figure}", "pdf"),
         png=paths.figure("{run}", "{figure}", "png"),
         ipynb=paths.figure("{run}", "{figure}", "ipynb"),
-        prov=[paths.prov(paths.figure("{run}", "{figure}", e)) for e in paths.FIGURE_EXTS],
-    params:
-        filters=figure_filters,
+        prov=[
+            paths.prov(paths.figure("{run}", "{figure}", e)) for e in paths.FIGURE_EXTS
+        ],
     log:
         "logs/{run}/figure/{figure}.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        filters=figure_filters,
     script:
         "../../scripts/figure.py"

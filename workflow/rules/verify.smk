@@ -2,16 +2,16 @@ rule verify:
     output:
         record=paths.VERIFY,
         prov=paths.prov(paths.VERIFY),
-    params:
-        device=PLAN.device,
-        dtypes=run_dtypes,
-        seed=PLAN.seed,
-    threads: BENCH_THREADS
-    resources:
-        **BENCH_RESOURCES,
     log:
         "logs/{run}/verify/{model}/{backend}.log",
     conda:
         "../../envs/bench.yaml"
+    threads: BENCH_THREADS
+    resources:
+        **BENCH_RESOURCES,
+    params:
+        device=PLAN.device,
+        dtypes=run_dtypes,
+        seed=PLAN.seed,
     script:
         "../../scripts/verify.py"

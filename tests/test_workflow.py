@@ -1,0 +1,140 @@
+"""The workflow end to end on the `ci` preset, in a temporary copy of the repository."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from ssmbench import config as sbconfig
+from ssmbench.provenance import sha256
+from tests.conftest import copy_workflow, snakemake
+
+pytestmark = pytest.mark.slow
+
+CI = sbconfig.plan(sbconfig.load(overrides={"preset": "ci"}))
+
+
+def check(out):
+    assert out.returncode == 0, f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
+    return out
+
+
+def outputs_without_sidecar(root: Path) -> list[Path]:
+    files = [p for p in root.rglob("*") if p.is_file() and not p.name.endswith(".prov.json")]
+    return [p for p in files if not Path(f"{p}.prov.json").is_file()]
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory):
+    """One finished `ci` run, shared by the tests below."""
+    wf = copy_workflow(tmp_path_factory.mktemp("ci") / "wf")
+    check(snakemake(wf, "--config", "preset=ci"))
+    return wf
+
+
+def test_tables_hold_every_cell_verified_and_measured(ci_run):
+    tables = ci_run / "results" / "ci" / "tables"
+    cells = pd.read_csv(tables / "cells.csv")
+    assert len(cells) == len(CI.cells) == 8
+    assert (cells.status == "ok").all(), cells[["model", "backend", "status", "reason"]]
+    assert (cells.time_ms_p95 >= cells.time_ms_median).all()
+    assert (cells.flop > 0).all() and (cells.bytes > 0).all()
+    assert (cells.tflops == cells.flop / (cells.time_ms_median / 1e3) / 1e12).all()
+    samples = pd.read_parquet(tables / "samples.parquet")
+    assert len(samples) == cells.n_samples.sum()
+    parquet = pd.read_parquet(tables / "cells.parquet")
+    assert list(parquet.columns) == list(cells.columns) and len(parquet) == len(cells)
+    verify = pd.read_csv(tables / "verify.csv")
+    assert set(zip(verify.model, verify.backend, strict=True)) == set(CI.pairs)
+    assert (verify.status == "passed").all() and verify.ok.all()
+
+
+def test_figure_and_executed_notebook(ci_run):
+    figures = ci_run / "figures" / "ci"
+    for ext in ("pdf", "png", "ipynb"):
+        assert (figures / f"latency_scaling.{ext}").stat().st_size > 1000
+    notebook = json.loads((figures / "latency_scaling.ipynb").read_text())
+    tags = [c["metadata"].get("tags", []) for c in notebook["cells"]]
+    injected = [
+        c for c, t in zip(notebook["cells"], tags, strict=True) if "injected-parameters" in t
+    ]
+    assert "results/ci/tables/figures/latency_scaling.csv" in "".join(injected[0]["source"])
+
+
+def test_every_output_has_a_provenance_sidecar(ci_run):
+    assert outputs_without_sidecar(ci_run / "results" / "ci") == []
+    assert outputs_without_sidecar(ci_run / "figures" / "ci") == []
+    record = next((ci_run / "results" / "ci" / "cells").rglob("*.json.prov.json"))
+    prov = json.loads(record.read_text())
+    for key in (
+        "rule",
+        "wildcards",
+        "params",
+        "command",
+        "inputs",
+        "outputs",
+        "git",
+        "packages",
+        "device",
+        "seed",
+        "host",
+        "started",
+        "ended",
+    ):
+        assert key in prov, key
+    assert prov["rule"] == "bench" and prov["packages"]["torch"].startswith("2.13")
+    output = Path(ci_run / prov["output"])
+    assert prov["outputs"][prov["output"]] == sha256(output)
+
+
+def test_second_run_has_nothing_to_do(ci_run):
+    out = check(snakemake(ci_run, "-n", "--config", "preset=ci"))
+    assert "Nothing to be done" in out.stdout + out.stderr
+
+
+def test_artifact_evaluation_without_torch(ci_run, tmp_path):
+    """Every figure from precollected tables, with torch made unimportable."""
+    wf = tmp_path / "ae"
+    shutil.copytree(ci_run, wf, ignore=shutil.ignore_patterns(".snakemake"))
+    shutil.copytree(wf / "results" / "ci" / "tables", wf / "results/precollected/ci-copy/tables")
+    shutil.rmtree(wf / "results" / "ci")
+    shutil.rmtree(wf / "figures")
+    blocker = tmp_path / "no-torch"
+    (blocker / "torch").mkdir(parents=True)
+    (blocker / "torch" / "__init__.py").write_text(
+        "raise ImportError('torch is blocked: artifact evaluation must not import it')\n"
+    )
+    check(snakemake(wf, "--config", "source=precollected", env={"PYTHONPATH": str(blocker)}))
+    runs = sbconfig.precollected_runs(wf / "results" / "precollected")
+    assert "ci-copy" in runs
+    for run in runs:
+        for ext in ("pdf", "png", "ipynb"):
+            assert (wf / "figures" / run / f"latency_scaling.{ext}").is_file()
+    assert outputs_without_sidecar(wf / "figures") == []
+    assert not (wf / "results" / "ci").exists()  # nothing measured
+
+
+def test_one_figure_runs_only_its_cells(tmp_path):
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    override = tmp_path / "only-mamba.yaml"
+    override.write_text(yaml.safe_dump({"figures": {"latency_scaling": {"models": ["mamba"]}}}))
+    out = check(
+        snakemake(
+            wf,
+            "-n",
+            "--configfile",
+            str(override),
+            "--config",
+            "preset=ci",
+            "figures/ci/latency_scaling.pdf",
+        )
+    )
+    stats = out.stdout.split("Job stats:")[1]
+    counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
+    assert counts["bench"] == "4" and counts["verify"] == "2"  # mamba x {naive, torch} x 2 T
+    assert "aggregate" not in counts
