@@ -179,6 +179,7 @@ def _measure_into(record: CellRecord, spec: CellSpec, verify: dict | None, threa
     threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     record.threads = threads
+    record.load_avg_1m = os.getloadavg()[0]  # another busy process skews CPU timings
     record.device_name = device_name(spec.device)
     dtype = torch_dtype(c.dtype)
     model = build_model(

@@ -32,15 +32,24 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Size:
-    """Block size shared by every family of a run (the preset's ``size``)."""
+    """Block size shared by every family of a run (the preset's ``size``).
 
-    d_model: int
-    n_layers: int
-    n_heads: int
-    head_dim: int
-    expand: int
-    d_conv: int
-    chunk: int
+    Attention uses ``n_heads * head_dim`` as its inner width; Mamba-1 uses
+    ``expand * d_model`` (the paper's E * D) and ignores the head fields.
+    """
+
+    d_model: int  # model width (the paper's D)
+    n_layers: int  # residual blocks
+    n_heads: int  # attention heads
+    head_dim: int  # attention head dim
+    expand: int  # Mamba block expansion factor (the paper's E, 2 in all its models)
+    d_conv: int  # Mamba causal depthwise conv width (4 in the paper)
+    chunk: int  # chunk size of the chunked / parallel forms
+
+    @property
+    def d_inner(self) -> int:
+        """The Mamba-1 inner width, E * D."""
+        return self.expand * self.d_model
 
 
 @dataclass(frozen=True)

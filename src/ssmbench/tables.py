@@ -41,6 +41,7 @@ CELL_COLUMNS = KEYS + [
     "energy_j",
     "energy_j_per_token",
     "threads",
+    "load_avg_1m",
     "measure_s",
     "git_commit",
 ]
@@ -55,18 +56,20 @@ def _float(nullable: bool = True) -> pa.Column:
 
 CELLS_SCHEMA = pa.DataFrameSchema(
     {
-        "run": pa.Column(str),
-        "model": pa.Column(str),
-        "backend": pa.Column(str),
-        "phase": pa.Column(str, pa.Check.isin(["prefill", "decode", "train"])),
+        "run": pa.Column(str, coerce=True),
+        "model": pa.Column(str, coerce=True),
+        "backend": pa.Column(str, coerce=True),
+        "phase": pa.Column(str, coerce=True, checks=pa.Check.isin(["prefill", "decode", "train"])),
         "batch": pa.Column(int, pa.Check.ge(1), coerce=True),
         "seq_len": pa.Column(int, pa.Check.ge(1), coerce=True),
         "d_state": pa.Column(int, pa.Check.ge(0), coerce=True),
-        "dtype": pa.Column(str, pa.Check.isin(["fp64", "fp32", "fp16", "bf16"])),
-        "device": pa.Column(str),
-        "device_name": pa.Column(str, nullable=True),
-        "status": pa.Column(str, pa.Check.isin(list(STATUSES))),
-        "reason": pa.Column(str, nullable=True),
+        "dtype": pa.Column(
+            str, coerce=True, checks=pa.Check.isin(["fp64", "fp32", "fp16", "bf16"])
+        ),
+        "device": pa.Column(str, coerce=True),
+        "device_name": pa.Column(str, nullable=True, coerce=True),
+        "status": pa.Column(str, coerce=True, checks=pa.Check.isin(list(STATUSES))),
+        "reason": pa.Column(str, nullable=True, coerce=True),
         "time_ms_median": _float(),
         "time_ms_p95": _float(),
         "n_samples": pa.Column(int, pa.Check.ge(0), coerce=True),
@@ -85,8 +88,9 @@ CELLS_SCHEMA = pa.DataFrameSchema(
         "energy_j": _float(),
         "energy_j_per_token": _float(),
         "threads": _float(),
+        "load_avg_1m": _float(),
         "measure_s": _float(),
-        "git_commit": pa.Column(str, nullable=True),
+        "git_commit": pa.Column(str, nullable=True, coerce=True),
         **{c: pa.Column(int, pa.Check.ge(1), coerce=True) for c in SIZE_COLUMNS},
     },
     checks=[
@@ -114,14 +118,16 @@ SAMPLES_SCHEMA = pa.DataFrameSchema(
 
 VERIFY_SCHEMA = pa.DataFrameSchema(
     {
-        "run": pa.Column(str),
-        "model": pa.Column(str),
-        "backend": pa.Column(str),
-        "device": pa.Column(str),
-        "status": pa.Column(str, pa.Check.isin(["passed", "failed", "unavailable"])),
-        "reason": pa.Column(str, nullable=True),
-        "check": pa.Column(str, nullable=True),
-        "dtype": pa.Column(str, nullable=True),
+        "run": pa.Column(str, coerce=True),
+        "model": pa.Column(str, coerce=True),
+        "backend": pa.Column(str, coerce=True),
+        "device": pa.Column(str, coerce=True),
+        "status": pa.Column(
+            str, coerce=True, checks=pa.Check.isin(["passed", "failed", "unavailable"])
+        ),
+        "reason": pa.Column(str, nullable=True, coerce=True),
+        "check": pa.Column(str, nullable=True, coerce=True),
+        "dtype": pa.Column(str, nullable=True, coerce=True),
         "max_abs_err": pa.Column(float, nullable=True, coerce=True),
         "rel_rms_err": pa.Column(float, nullable=True, coerce=True),
         "atol": pa.Column(float, nullable=True, coerce=True),

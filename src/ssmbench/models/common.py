@@ -1,0 +1,68 @@
+"""Pieces every model family shares: RMSNorm, the residual stack, and the one backend
+lookup with its error message.  The size preset is :class:`ssmbench.config.Size`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+
+def pick_backend(table: dict[str, Callable], backend: str, op: str) -> Callable:
+    """``table[backend]``, or a ValueError naming the op, the bad value and the known ones."""
+    if backend not in table:
+        raise ValueError(f"unknown backend {backend!r} for {op}; known: {sorted(table)}")
+    return table[backend]
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang & Sennrich 2019), computed in float32 at least.
+
+    x: ``(..., d_model)`` -> ``(..., d_model)`` in the dtype of x.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        x_wide = x_wide * torch.rsqrt(x_wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x_wide.to(x.dtype) * self.weight
+
+
+class ResidualStack(nn.Module):
+    """``n_layers`` of ``x = x + mixer(norm(x))``, then a final norm.
+
+    Every mixer has ``forward(x, backend) -> (y, cache)`` over a sequence
+    ``(b, t, d_model)`` and ``step(x_t, cache, backend) -> (y_t, cache)`` for one token
+    ``(b, d_model)``.  The backend is fixed here, at construction.
+    """
+
+    def __init__(self, mixers: list[nn.Module], d_model: int, backend: str):
+        super().__init__()
+        self.backend = backend
+        self.mixers = nn.ModuleList(mixers)
+        self.norms = nn.ModuleList(RMSNorm(d_model) for _ in mixers)
+        self.norm_f = RMSNorm(d_model)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list]:
+        """x: ``(b, t, d_model)`` -> y ``(b, t, d_model)`` and one cache per layer."""
+        caches = []
+        for norm, mixer in zip(self.norms, self.mixers, strict=True):
+            y, cache = mixer(norm(x), self.backend)
+            x = x + y
+            caches.append(cache)
+        return self.norm_f(x), caches
+
+    def step(self, x_t: torch.Tensor, caches: list) -> tuple[torch.Tensor, list]:
+        """x_t: ``(b, d_model)``, caches from :meth:`forward` or an earlier step (or a
+        list of None to start from empty) -> y_t ``(b, d_model)`` and the new caches."""
+        new_caches = []
+        for norm, mixer, cache in zip(self.norms, self.mixers, caches, strict=True):
+            y_t, cache = mixer.step(norm(x_t), cache, self.backend)
+            x_t = x_t + y_t
+            new_caches.append(cache)
+        return self.norm_f(x_t), new_caches

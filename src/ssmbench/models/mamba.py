@@ -1,0 +1,406 @@
+"""Mamba-1 (Gu & Dao 2023, "Mamba: Linear-Time Sequence Modeling with Selective State
+Spaces", arXiv 2312.00752): the selective scan in three forms, and the block mixer.
+
+Glossary (axis letter -> paper symbol):
+
+    b  batch                 B in the paper
+    t  time                  L in the paper (sequence length T here)
+    d  inner channels        D in Algorithm 2 (here d_inner = E * d_model)
+    n  state size            N
+
+The selective scan, with real diagonal A (eq. 2a-2b, discretised as in Algorithm 2 /
+Section 3.5: zero-order hold for A, Euler for B, as ``mamba_ssm`` does):
+
+    delta_t = softplus(delta_t + delta_bias)
+    h_t = exp(delta_t A) * h_{t-1} + delta_t B_t u_t          (2a)
+    y_t = C_t . h_t + D u_t,   then y_t *= silu(z_t)          (2b)
+
+Three forms that must agree (tests pin them to the NumPy reference):
+
+- ``selective_scan_naive``: a Python loop over time, one small update per token, in the
+  style of mamba-minimal.
+- ``selective_scan_torch``: the same recurrence with no loop over time: a parallel scan
+  (pairwise odd-even recursion, Hillis-Steele doubling on the last ``chunk_size`` steps).
+- ``selective_scan_step``: one token, for decode.
+
+All three compute in float32 at least (half inputs are widened), return y in the dtype
+of u and the state in the compute dtype, as mamba_ssm's ``selective_scan_ref`` does.
+
+What this file leaves out: the complex-valued A of the S4D-lin variant, the
+variable-length (packed) batches of mamba_ssm, and any fused kernel (that is the
+``fused`` backend's job).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssmbench.models.common import pick_backend
+
+MambaCache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, d, d_conv), ssm_state (b, d, n))
+
+
+def _widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The tensors in float32 at least (None stays None): the state sums over many
+    tokens, which half precision cannot hold (mamba_ssm's reference and kernels widen
+    to float32 as well)."""
+    return tuple(
+        x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
+        for x in tensors
+    )
+
+
+def _discretise_delta(
+    delta: torch.Tensor, delta_bias: torch.Tensor | None, delta_softplus: bool
+) -> torch.Tensor:
+    """delta + delta_bias, through softplus when asked: the step size of Algorithm 2."""
+    if delta_bias is not None:
+        delta = delta + delta_bias
+    if delta_softplus:
+        delta = F.softplus(delta)
+    return delta
+
+
+def _output_gate(
+    y: torch.Tensor, u: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None
+) -> torch.Tensor:
+    """The skip term and the gate of eq. 2b: (y + D u) * silu(z), each part optional."""
+    if D is not None:
+        y = y + u * D
+    if z is not None:
+        y = y * F.silu(z)
+    return y
+
+
+def selective_scan_naive(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    delta_bias: torch.Tensor | None = None,
+    delta_softplus: bool = False,
+    initial_state: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The selective scan as the seeds wrote it: discretise every token at once, then a
+    Python loop over time with one small state update per token.
+
+    Args:
+        u, delta: ``(b, t, d)``; A: ``(d, n)``; B, C: ``(b, t, n)``; D: ``(d,)``;
+            z: ``(b, t, d)``; delta_bias: ``(d,)``; initial_state: ``(b, d, n)`` or
+            None for zeros.  One float dtype for all but the state.
+        chunk_size: unused; accepted so that every backend has one signature.
+
+    Returns:
+        y: ``(b, t, d)`` in the dtype of u, and the final state ``(b, d, n)`` in float32
+        or wider.
+    """
+    out_dtype = u.dtype
+    u, delta, A, B, C, D, z, delta_bias, initial_state = _widen(
+        u, delta, A, B, C, D, z, delta_bias, initial_state
+    )
+    delta = _discretise_delta(delta, delta_bias, delta_softplus)
+    batch, T, d = u.shape
+    n = A.shape[1]
+    deltaA = torch.exp(torch.einsum("btd,dn->btdn", delta, A))  # (b t d n)
+    deltaB_u = torch.einsum("btd,btn,btd->btdn", delta, B, u)  # (b t d n)
+
+    if initial_state is None:
+        h = torch.zeros(batch, d, n, dtype=u.dtype, device=u.device)  # (b d n)
+    else:
+        h = initial_state
+    ys = []
+    for t in range(T):
+        h = deltaA[:, t] * h + deltaB_u[:, t]  # (2a)
+        ys.append(torch.einsum("bdn,bn->bd", h, C[:, t]))  # (2b), (b d)
+    y = torch.stack(ys, dim=1)  # (b t d)
+    return _output_gate(y, u, D, z).to(out_dtype), h
+
+
+def _doubling_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Inclusive scan of ``h_t = a_t * h_{t-1} + b_t`` along dim 1 (``h_{-1} = 0``) by
+    Hillis-Steele doubling: ceil(log2(t)) passes, each over the whole sequence.
+
+    After the pass with offset ``s``, step ``t`` holds the composition of the steps
+    ``t - 2s + 1 .. t``: ``b_t <- a_t * b_{t-s} + b_t`` and ``a_t <- a_t * a_{t-s}``.
+
+    Args:
+        a, b: ``(batch, t, ...)``, the same shape and dtype.
+
+    Returns:
+        h: the shape of b.
+    """
+    T = a.shape[1]
+    offset = 1
+    while offset < T:
+        b_rest = torch.addcmul(b[:, offset:], a[:, offset:], b[:, :-offset])
+        b = torch.cat([b[:, :offset], b_rest], dim=1)
+        a = torch.cat([a[:, :offset], a[:, offset:] * a[:, :-offset]], dim=1)
+        offset *= 2
+    return b
+
+
+def linear_scan(a: torch.Tensor, b: torch.Tensor, chunk_size: int = 64) -> torch.Tensor:
+    """Inclusive scan of ``h_t = a_t * h_{t-1} + b_t`` along dim 1 (``h_{-1} = 0``), with
+    no Python loop over time: a pairwise (odd-even) recursion of depth log2(t / chunk_size)
+    above Hillis-Steele doubling on sequences of at most ``chunk_size`` steps.
+
+    One level of the recursion:
+
+    1. fuse each pair of neighbouring steps (2i, 2i+1) into one step:
+       ``h_{2i+1} = (a_{2i+1} a_{2i}) h_{2i-1} + (a_{2i+1} b_{2i} + b_{2i+1})``;
+    2. scan that half-length sequence (recursively): it yields every odd ``h``;
+    3. fill in the even steps from their odd left neighbours: ``h_{2i} = a_{2i} h_{2i-1} + b_{2i}``.
+
+    Each level touches half the data of the one above, so the whole scan costs about two
+    passes over ``(b, t, ...)``, against log2(t) passes for doubling alone.  Only
+    products of the given ``a`` are formed: decays in (0, 1] stay in (0, 1], nothing is
+    divided and no exponent grows.  Out of place throughout, so autograd differentiates
+    through it.  An odd length is padded with the identity step (a = 1, b = 0).
+
+    Args:
+        a, b: ``(batch, t, ...)``, the same shape and dtype.
+        chunk_size: sequences of at most this many steps are scanned by doubling.
+
+    Returns:
+        h: the shape of b.
+    """
+    T = a.shape[1]
+    if T <= max(chunk_size, 1):
+        return _doubling_scan(a, b)
+    if T % 2:
+        a = torch.cat([a, torch.ones_like(a[:, :1])], dim=1)  # (batch t+1 ...)
+        b = torch.cat([b, torch.zeros_like(b[:, :1])], dim=1)  # (batch t+1 ...)
+    a_even, a_odd = a[:, 0::2], a[:, 1::2]  # (batch t/2 ...)
+    b_even, b_odd = b[:, 0::2], b[:, 1::2]  # (batch t/2 ...)
+    h_odd = linear_scan(a_odd * a_even, torch.addcmul(b_odd, a_odd, b_even), chunk_size)
+    h = torch.empty_like(b)  # (batch t ...), every element written below
+    h[:, 1::2] = h_odd
+    h[:, 0] = b[:, 0]
+    h[:, 2::2] = torch.addcmul(b_even[:, 1:], a_even[:, 1:], h_odd[:, :-1])
+    return h[:, :T]
+
+
+def selective_scan_torch(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    delta_bias: torch.Tensor | None = None,
+    delta_softplus: bool = False,
+    initial_state: torch.Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The selective scan, vectorised: the recurrence (2a) by a parallel scan
+    (:func:`linear_scan`), with no loop over time.
+
+    1. discretise every token (as the naive form), and fold the initial state into the
+       first token: ``h_0 = a_0 h_init + b_0``;
+    2. scan ``h_t = a_t h_{t-1} + b_t`` over ``(b, t, d, n)`` in parallel;
+    3. eq. 2b.
+
+    Args:
+        as :func:`selective_scan_naive`; chunk_size: the scan's doubling length (see
+        :func:`linear_scan`); any positive value gives the same result.
+
+    Returns:
+        y: ``(b, t, d)`` in the dtype of u, and the final state ``(b, d, n)`` in float32
+        or wider.
+    """
+    out_dtype = u.dtype
+    u, delta, A, B, C, D, z, delta_bias, initial_state = _widen(
+        u, delta, A, B, C, D, z, delta_bias, initial_state
+    )
+    delta = _discretise_delta(delta, delta_bias, delta_softplus)
+    # 1. discretise (Algorithm 2, step 5): a_t = exp(delta_t A), b_t = delta_t B_t u_t
+    # a broadcast product rather than einsum, which takes a slower bmm path here (2x on CPU)
+    deltaA = (delta[..., None] * A).exp_()  # (b t d n), exp in place
+    deltaB_u = torch.einsum("btd,btn->btdn", delta * u, B)  # (b t d n)
+    if initial_state is not None:
+        # a fresh tensor that no backward pass has saved: safe to update in place
+        deltaB_u[:, 0] += deltaA[:, 0] * initial_state
+
+    # 2. all states at once (2a)
+    h = linear_scan(deltaA, deltaB_u, chunk_size)  # (b t d n)
+
+    # 3. outputs (2b)
+    y = torch.einsum("btdn,btn->btd", h, C)  # (b t d)
+    y = _output_gate(y, u, D, z).to(out_dtype)
+    return y, h[:, -1].clone()  # own storage: h can be freed
+
+
+def selective_scan_step(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    delta_bias: torch.Tensor | None = None,
+    delta_softplus: bool = False,
+    state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of the selective scan (the recurrent form, for decode).
+
+    Args:
+        u, delta, z: ``(b, d)``; A: ``(d, n)``; B, C: ``(b, n)``; D, delta_bias: ``(d,)``;
+            state: ``(b, d, n)`` or None for zeros.
+
+    Returns:
+        y: ``(b, d)`` in the dtype of u and the new state ``(b, d, n)`` in float32 or
+        wider.  Both backends share this form:
+        one token has no loop over time to vectorise.
+    """
+    out_dtype = u.dtype
+    u, delta, A, B, C, D, z, delta_bias, state = _widen(u, delta, A, B, C, D, z, delta_bias, state)
+    delta = _discretise_delta(delta, delta_bias, delta_softplus)
+    deltaA = torch.exp(torch.einsum("bd,dn->bdn", delta, A))  # (b d n)
+    deltaB_u = torch.einsum("bd,bn->bdn", delta * u, B)  # (b d n)
+    if state is None:
+        state = deltaB_u  # (2a) from h_{-1} = 0
+    else:
+        state = torch.addcmul(deltaB_u, deltaA, state)  # (2a)
+    y = torch.einsum("bdn,bn->bd", state, C)  # (2b), (b d)
+    return _output_gate(y, u, D, z).to(out_dtype), state
+
+
+SCAN_BACKENDS = {"naive": selective_scan_naive, "torch": selective_scan_torch}
+SCAN_STEP_BACKENDS = {"naive": selective_scan_step, "torch": selective_scan_step}
+
+
+def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
+    """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y))."""
+    return y + torch.log(-torch.expm1(-y))
+
+
+class MambaMixer(nn.Module):
+    """The Mamba block's mixer (Gu & Dao 2023, Fig. 3), as in mamba_simple / mamba-minimal:
+
+        x, z = in_proj(x)                        two branches of width E * d_model
+        x = silu(causal depthwise conv(x))       width d_conv
+        delta, B, C = x_proj(x)                  delta through a rank-R bottleneck, R = ceil(D/16)
+        y = selective_scan(x, delta, A, B, C, D, z, dt_proj.bias, softplus)
+        out = out_proj(y)
+
+    Init as the paper: A = -(1, 2, ..., N) per channel (S4D-real), D = 1, dt log-uniform
+    in [dt_min, dt_max] stored as the inverse softplus in dt_proj.bias.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 16,
+        d_conv: int = 4,
+        expand: int = 2,
+        chunk_size: int = 64,
+        dt_min: float = 1e-3,
+        dt_max: float = 1e-1,
+        dt_init_floor: float = 1e-4,
+    ):
+        super().__init__()
+        self.d_inner = expand * d_model  # E * D
+        self.d_state = d_state  # N
+        self.d_conv = d_conv
+        self.dt_rank = math.ceil(d_model / 16)  # R
+        self.chunk_size = chunk_size
+
+        self.in_proj = nn.Linear(d_model, 2 * self.d_inner, bias=False)
+        self.conv1d = nn.Conv1d(
+            self.d_inner,
+            self.d_inner,
+            kernel_size=d_conv,
+            groups=self.d_inner,
+            padding=d_conv - 1,
+            bias=True,
+        )
+        self.x_proj = nn.Linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(self.dt_rank, self.d_inner, bias=True)
+        self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
+
+        # dt_proj: weight uniform in +-R^-1/2, bias = softplus^-1(dt), dt log-uniform
+        # in [dt_min, dt_max] and at least dt_init_floor (mamba_simple's "random" init)
+        nn.init.uniform_(self.dt_proj.weight, -(self.dt_rank**-0.5), self.dt_rank**-0.5)
+        log_dt = torch.rand(self.d_inner) * (math.log(dt_max) - math.log(dt_min))
+        dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (d)
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(_inverse_softplus(dt))
+
+        # S4D-real: A_n = -(n + 1), stored as log so that A stays negative
+        A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(self.d_inner, 1)  # (d n)
+        self.A_log = nn.Parameter(torch.log(A))
+        self.D = nn.Parameter(torch.ones(self.d_inner))
+
+    def _ssm_inputs(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """delta ``(..., d)``, B and C ``(..., n)`` from the conv branch x ``(..., d)``."""
+        x_dbl = self.x_proj(x)  # (... R+2N)
+        dt, B, C = torch.split(x_dbl, [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        delta = torch.einsum("...r,dr->...d", dt, self.dt_proj.weight)  # (... d), bias in scan
+        return delta, B, C
+
+    def forward(self, x: torch.Tensor, backend: str) -> tuple[torch.Tensor, MambaCache]:
+        """x: ``(b, t, d_model)`` -> y ``(b, t, d_model)`` and the cache
+        ``(conv_state (b, d, d_conv), ssm_state (b, d, n))`` that decode continues from:
+        conv_state holds the last d_conv conv inputs (zeros before the sequence)."""
+        scan = pick_backend(SCAN_BACKENDS, backend, "MambaMixer")
+        T = x.shape[1]
+        x, z = self.in_proj(x).chunk(2, dim=-1)  # (b t d) each
+        x = x.transpose(1, 2)  # (b d t)
+        conv_state = F.pad(x, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :]  # (b d d_conv)
+        x = F.silu(self.conv1d(x)[..., :T]).transpose(1, 2)  # (b t d), causal: cut to T
+        delta, B, C = self._ssm_inputs(x)
+        A = -torch.exp(self.A_log)  # (d n)
+        y, ssm_state = scan(
+            x,
+            delta,
+            A,
+            B,
+            C,
+            D=self.D,
+            z=z,
+            delta_bias=self.dt_proj.bias,
+            delta_softplus=True,
+            chunk_size=self.chunk_size,
+        )  # (b t d), (b d n)
+        return self.out_proj(y), (conv_state, ssm_state)
+
+    def step(
+        self, x_t: torch.Tensor, cache: MambaCache | None, backend: str
+    ) -> tuple[torch.Tensor, MambaCache]:
+        """x_t: ``(b, d_model)``, cache from :meth:`forward` or the last step (or None
+        for an empty one) -> y_t ``(b, d_model)`` and the updated cache."""
+        scan_step = pick_backend(SCAN_STEP_BACKENDS, backend, "MambaMixer.step")
+        x, z = self.in_proj(x_t).chunk(2, dim=-1)  # (b d) each
+        if cache is None:
+            conv_state = x.new_zeros(x.shape[0], self.d_inner, self.d_conv)  # (b d d_conv)
+            ssm_state = None
+        else:
+            conv_state, ssm_state = cache
+        conv_state = torch.cat([conv_state[..., 1:], x[..., None]], dim=-1)  # (b d d_conv)
+        x = torch.einsum("bdw,dw->bd", conv_state, self.conv1d.weight[:, 0]) + self.conv1d.bias
+        x = F.silu(x)  # (b d)
+        delta, B, C = self._ssm_inputs(x)
+        A = -torch.exp(self.A_log)  # (d n)
+        y, ssm_state = scan_step(
+            x,
+            delta,
+            A,
+            B,
+            C,
+            D=self.D,
+            z=z,
+            delta_bias=self.dt_proj.bias,
+            delta_softplus=True,
+            state=ssm_state,
+        )  # (b d), (b d n)
+        return self.out_proj(y), (conv_state, ssm_state)

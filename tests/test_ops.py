@@ -1,0 +1,289 @@
+"""The core operators: reference == naive == torch, step == scan, gradients, errors.
+
+fp32 unless a test says otherwise; every comparison goes through
+:func:`ssmbench.numerics.assert_close`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ssmbench import ops, reference
+from ssmbench.config import Size
+from ssmbench.models import BACKENDS, FAMILIES, build_model
+from ssmbench.models.mamba import linear_scan
+from ssmbench.numerics import assert_close, to_numpy
+from ssmbench.verify import verify_backend
+
+# (b, t, h, d): T = 1, lengths that are not powers of two, odd head dims
+ATTENTION_SHAPES = [(1, 1, 1, 8), (2, 63, 3, 60), (2, 37, 4, 17)]
+# (b, t, d, n): T = 1, lengths that no chunk size below divides, non-power-of-two widths
+SCAN_SHAPES = [(1, 1, 4, 3), (2, 63, 24, 5), (2, 70, 13, 16)]
+CHUNK_SIZES = [1, 7, 16, 64]
+SMALL_SIZE = Size(d_model=40, n_layers=2, n_heads=3, head_dim=12, expand=2, d_conv=4, chunk=16)
+
+
+def attention_id(shape: tuple[int, ...]) -> str:
+    return "B{}-T{}-H{}-D{}".format(*shape)
+
+
+def scan_id(shape: tuple[int, ...]) -> str:
+    return "B{}-T{}-D{}-N{}".format(*shape)
+
+
+def attention_inputs(shape, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(*shape, generator=g, dtype=dtype) for _ in range(3))
+
+
+def scan_inputs(shape, seed=0, dtype=torch.float32, extras=True, decay_scale=1.0):
+    """(args, kwargs) of a selective scan; ``extras`` adds D, z, delta_bias and a random
+    initial state (all with softplus on delta)."""
+    b, t, d, n = shape
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*size, scale=1.0):
+        return scale * torch.randn(*size, generator=g, dtype=dtype)
+
+    A = -(0.5 + 1.5 * torch.rand(d, n, generator=g, dtype=dtype)) * decay_scale
+    args = (randn(b, t, d), randn(b, t, d, scale=0.5), A, randn(b, t, n), randn(b, t, n))
+    if not extras:
+        delta = args[1].abs()  # no softplus: the step must be positive by itself
+        return (args[0], delta, *args[2:]), {}
+    kwargs = {
+        "D": randn(d),
+        "z": randn(b, t, d),
+        "delta_bias": randn(d, scale=0.5),
+        "delta_softplus": True,
+        "initial_state": randn(b, d, n),
+    }
+    return args, kwargs
+
+
+def reference_scan(args, kwargs):
+    numpy_kwargs = {k: to_numpy(v) if torch.is_tensor(v) else v for k, v in kwargs.items()}
+    return reference.selective_scan(*(to_numpy(x) for x in args), **numpy_kwargs)
+
+
+# attention
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=attention_id)
+def test_attention_matches_reference(shape, backend, causal):
+    q, k, v = attention_inputs(shape)
+    ref = reference.attention(to_numpy(q), to_numpy(k), to_numpy(v), causal=causal)
+    assert_close("y", ref, ops.attention(q, k, v, causal=causal, backend=backend), "fp32")
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=attention_id)
+def test_attention_naive_equals_sdpa(shape, causal):
+    q, k, v = attention_inputs(shape, seed=1)
+    sdpa = ops.attention(q, k, v, causal=causal, backend="torch")
+    assert_close("y", sdpa, ops.attention(q, k, v, causal=causal, backend="naive"), "fp32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=attention_id)
+def test_attention_step_matches_scan(shape, backend):
+    q, k, v = attention_inputs(shape, seed=2)
+    cache, ys = None, []
+    for t in range(shape[1]):
+        y_t, cache = ops.attention_step(q[:, t], k[:, t], v[:, t], cache, backend=backend)
+        ys.append(y_t)
+    assert_close("y", ops.attention(q, k, v, backend=backend), torch.stack(ys, dim=1), "fp32")
+    assert_close("k_cache", k, cache[0], "fp32")
+    assert_close("v_cache", v, cache[1], "fp32")
+
+
+# selective scan
+
+
+@pytest.mark.parametrize("extras", [True, False], ids=["D-z-bias-h0", "plain"])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", SCAN_SHAPES, ids=scan_id)
+def test_selective_scan_matches_reference(shape, backend, extras):
+    args, kwargs = scan_inputs(shape, extras=extras)
+    ref_y, ref_h = reference_scan(args, kwargs)
+    y, h = ops.selective_scan(*args, **kwargs, backend=backend)
+    assert_close("y", ref_y, y, "fp32")
+    assert_close("final_state", ref_h, h, "fp32")
+
+
+@pytest.mark.parametrize("chunk_size", CHUNK_SIZES, ids=lambda c: f"C{c}")
+@pytest.mark.parametrize("shape", SCAN_SHAPES, ids=scan_id)
+def test_selective_scan_torch_chunk_sizes(shape, chunk_size):
+    args, kwargs = scan_inputs(shape, seed=3)
+    ref_y, ref_h = reference_scan(args, kwargs)
+    y, h = ops.selective_scan(*args, **kwargs, backend="torch", chunk_size=chunk_size)
+    assert_close("y", ref_y, y, "fp32")
+    assert_close("final_state", ref_h, h, "fp32")
+
+
+def test_selective_scan_strong_decay_stays_finite():
+    """Decays far below float32's range underflow to zero; nothing overflows."""
+    args, kwargs = scan_inputs((1, 300, 8, 4), seed=4, decay_scale=200.0)
+    ref_y, ref_h = reference_scan(args, kwargs)
+    for backend in BACKENDS:
+        y, h = ops.selective_scan(*args, **kwargs, backend=backend, chunk_size=16)
+        assert_close("y", ref_y, y, "fp32")
+        assert_close("final_state", ref_h, h, "fp32")
+
+
+def test_linear_scan_odd_lengths():
+    """The bare scan against a plain loop, for every length up to 40 (every odd padding)."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.rand(2, 40, 3, generator=g, dtype=torch.float64)
+    b = torch.randn(2, 40, 3, generator=g, dtype=torch.float64)
+    for T in range(1, 41):
+        h, expected = torch.zeros(2, 3, dtype=torch.float64), []
+        for t in range(T):
+            h = a[:, t] * h + b[:, t]
+            expected.append(h)
+        out = linear_scan(a[:, :T], b[:, :T], chunk_size=4)
+        assert_close(f"h[T={T}]", torch.stack(expected, dim=1), out, "fp64")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", SCAN_SHAPES, ids=scan_id)
+def test_selective_scan_step_matches_scan(shape, backend):
+    (u, delta, A, B, C), kwargs = scan_inputs(shape, seed=6)
+    state = kwargs.pop("initial_state")
+    y_scan, h_scan = ops.selective_scan(u, delta, A, B, C, **kwargs, initial_state=state)
+    z = kwargs.pop("z")
+    ys = []
+    for t in range(shape[1]):
+        y_t, state = ops.selective_scan_step(
+            u[:, t],
+            delta[:, t],
+            A,
+            B[:, t],
+            C[:, t],
+            z=z[:, t],
+            **kwargs,
+            state=state,
+            backend=backend,
+        )
+        ys.append(y_t)
+    assert_close("y", y_scan, torch.stack(ys, dim=1), "fp32")
+    assert_close("final_state", h_scan, state, "fp32")
+
+
+@pytest.mark.parametrize("shape", [(2, 37, 6, 5), (1, 1, 4, 3)], ids=scan_id)
+def test_selective_scan_torch_gradients_match_naive(shape):
+    """fp64: autograd through the parallel scan == autograd through the loop, for random
+    upstream gradients on y and the final state."""
+    args, kwargs = scan_inputs(shape, seed=7, dtype=torch.float64)
+    leaves = [*args, *(v for v in kwargs.values() if torch.is_tensor(v))]
+    g = torch.Generator().manual_seed(8)
+    grad_y = torch.randn(shape[:3], generator=g, dtype=torch.float64)
+    grad_h = torch.randn(shape[0], shape[2], shape[3], generator=g, dtype=torch.float64)
+
+    grads = {}
+    for backend in BACKENDS:
+        for leaf in leaves:
+            leaf.requires_grad_(True)
+            leaf.grad = None
+        y, h = ops.selective_scan(*args, **kwargs, backend=backend, chunk_size=8)
+        torch.autograd.backward([y, h], [grad_y, grad_h])
+        grads[backend] = [leaf.grad.clone() for leaf in leaves]
+    names = ["u", "delta", "A", "B", "C", *(k for k, v in kwargs.items() if torch.is_tensor(v))]
+    for name, ref, out in zip(names, grads["naive"], grads["torch"], strict=True):
+        assert_close(f"grad_{name}", ref, out, "fp64")
+
+
+# blocks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("model", FAMILIES)
+def test_block_step_matches_forward(model, backend):
+    net = build_model(model, SMALL_SIZE, d_state=5, backend=backend, seed=1)
+    x = torch.randn(2, 23, SMALL_SIZE.d_model, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        y, caches = net(x)
+        step_caches, ys = [None] * SMALL_SIZE.n_layers, []
+        for t in range(x.shape[1]):
+            y_t, step_caches = net.step(x[:, t], step_caches)
+            ys.append(y_t)
+    assert_close("y", y, torch.stack(ys, dim=1), "fp32")
+    for layer, (cache, step_cache) in enumerate(zip(caches, step_caches, strict=True)):
+        for part, (full, stepped) in enumerate(zip(cache, step_cache, strict=True)):
+            assert_close(f"cache{layer}.{part}", full, stepped, "fp32")
+
+
+@pytest.mark.parametrize("prefill_len", [2, 11], ids=lambda t: f"prefill{t}")
+@pytest.mark.parametrize("model", FAMILIES)
+def test_block_decode_continues_prefill(model, prefill_len):
+    """Prefill (shorter and longer than the conv width), then decode == one forward."""
+    net = build_model(model, SMALL_SIZE, d_state=5, backend="torch", seed=2)
+    x = torch.randn(1, 16, SMALL_SIZE.d_model, generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        y, _ = net(x)
+        y_prefill, caches = net(x[:, :prefill_len])
+        ys = [y_prefill]
+        for t in range(prefill_len, x.shape[1]):
+            y_t, caches = net.step(x[:, t], caches)
+            ys.append(y_t[:, None])
+    assert_close("y", y, torch.cat(ys, dim=1), "fp32")
+
+
+def test_build_model_is_deterministic():
+    first = build_model("mamba", SMALL_SIZE, d_state=5, backend="naive", seed=3)
+    again = build_model("mamba", SMALL_SIZE, d_state=5, backend="torch", seed=3)
+    other = build_model("mamba", SMALL_SIZE, d_state=5, backend="naive", seed=4)
+    for (name, p), q, r in zip(
+        first.named_parameters(), again.parameters(), other.parameters(), strict=True
+    ):
+        assert torch.equal(p, q), name
+        if name.endswith(("in_proj.weight", "dt_proj.bias")):
+            assert not torch.equal(p, r), name
+    assert again.backend == "torch"
+
+
+# errors
+
+
+def test_unknown_backend_raises():
+    q, k, v = attention_inputs((1, 3, 1, 4))
+    args, kwargs = scan_inputs((1, 3, 4, 2))
+    with pytest.raises(ValueError, match="'fused'.*naive"):
+        ops.attention(q, k, v, backend="fused")
+    with pytest.raises(ValueError, match="'fused'.*naive"):
+        ops.attention_step(q[:, 0], k[:, 0], v[:, 0], backend="fused")
+    with pytest.raises(ValueError, match="'fused'.*naive"):
+        ops.selective_scan(*args, **kwargs, backend="fused")
+    u, delta, A, B, C = args
+    with pytest.raises(ValueError, match="'fused'.*naive"):
+        ops.selective_scan_step(u[:, 0], delta[:, 0], A, B[:, 0], C[:, 0], backend="fused")
+    with pytest.raises(ValueError, match="'fused'"):
+        build_model("mamba", SMALL_SIZE, d_state=5, backend="fused")
+
+
+def test_unknown_model_or_dtype_raises():
+    with pytest.raises(ValueError, match="'rwkv'.*attention"):
+        build_model("rwkv", SMALL_SIZE, d_state=5, backend="torch")
+    with pytest.raises(ValueError, match="'rwkv'"):
+        verify_backend("rwkv", "torch")
+    with pytest.raises(ValueError, match="'fp8'"):
+        verify_backend("mamba", "torch", dtype="fp8")
+
+
+# verify
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("model", FAMILIES)
+def test_verify_backend_passes(model, backend):
+    result = verify_backend(model, backend, seed=11)
+    failed = [check["name"] for check in result["checks"] if not check["ok"]]
+    assert result["passed"], failed
+    assert {"block", model if model == "attention" else "selective_scan"} <= {
+        shape["op"] for shape in result["shapes"]
+    }
+    json.dumps(result)  # JSON-serialisable
