@@ -16,8 +16,6 @@ from ssmbench.config import Cell, Size, Timing
 from ssmbench.provenance import cpu_model, git_state, now
 from ssmbench.records import CellRecord
 
-TORCH_DTYPES = ("fp64", "fp32", "fp16", "bf16")
-
 
 @dataclass(frozen=True)
 class CellSpec:
@@ -29,17 +27,6 @@ class CellSpec:
     size: Size
     timing: Timing
     seed: int = 0
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return {
-        "fp64": torch.float64,
-        "fp32": torch.float32,
-        "fp16": torch.float16,
-        "bf16": torch.bfloat16,
-    }[name]
 
 
 def device_unavailable(device: str) -> str:
@@ -174,14 +161,14 @@ def _measure_into(record: CellRecord, spec: CellSpec, verify: dict | None, threa
     import torch
 
     from ssmbench.measure.timing import measure
-    from ssmbench.models import build_model
+    from ssmbench.models import DTYPES, build_model
 
     threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     record.threads = threads
     record.load_avg_1m = os.getloadavg()[0]  # another busy process skews CPU timings
     record.device_name = device_name(spec.device)
-    dtype = torch_dtype(c.dtype)
+    dtype = DTYPES[c.dtype]
     model = build_model(
         c.model,
         spec.size,

@@ -18,15 +18,8 @@ import torch
 
 from ssmbench import ops, reference
 from ssmbench.config import Size
-from ssmbench.models import build_model
+from ssmbench.models import DTYPES, build_model
 from ssmbench.numerics import compare, to_numpy
-
-DTYPES = {
-    "fp64": torch.float64,
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-}
 
 # (b, t, h, d): t = 37 and 70 are not multiples of 16 or 64, d = 17 is odd
 ATTENTION_SHAPES = ((2, 37, 3, 24), (2, 70, 3, 17))

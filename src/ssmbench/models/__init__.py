@@ -16,12 +16,18 @@ from ssmbench.models.common import ResidualStack
 from ssmbench.models.mamba import SCAN_BACKENDS, MambaMixer
 
 FAMILIES = ("attention", "mamba")
+DTYPES = {
+    "fp64": torch.float64,
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
 BACKENDS = ("naive", "torch")
 
 # every family must offer every backend named in BACKENDS
 assert set(ATTENTION_BACKENDS) == set(SCAN_BACKENDS) == set(BACKENDS)
 
-__all__ = ["BACKENDS", "FAMILIES", "ResidualStack", "build_model"]
+__all__ = ["BACKENDS", "DTYPES", "FAMILIES", "ResidualStack", "build_model"]
 
 
 def _mixer(model: str, size: Size, d_state: int) -> torch.nn.Module:

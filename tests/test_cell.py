@@ -1,0 +1,124 @@
+"""One cell outside the workflow: the command line, and every status a cell can end in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ssmbench import numerics
+from ssmbench.cell import CellSpec, is_oom, run_cell, run_verify
+from ssmbench.config import Cell, Size, Timing
+
+SIZE = Size(d_model=32, n_layers=1, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
+TIMING = Timing(warmup=1, min_samples=3, max_samples=3, min_time_s=0.0, max_time_s=5.0)
+
+
+def spec(model="mamba", backend="torch", seq_len=48, device="cpu", d_state=4) -> CellSpec:
+    cell = Cell(model, backend, "prefill", 1, seq_len, d_state, "fp32")
+    return CellSpec("t", cell, device, SIZE, TIMING, seed=0)
+
+
+def test_ok_cell_has_samples_counts_and_measured_sizes():
+    verify = run_verify("mamba", "torch", "cpu", ["fp32"])
+    assert verify["status"] == "passed" and verify["checks"]
+    r = run_cell(spec(), verify=verify, threads=1)
+    assert r.status == "ok", r.reason
+    assert r.n_samples == 3 == len(r.samples_ms) and r.time_ms_p95 >= r.time_ms_median
+    assert r.tokens == 48 and r.flop > 0 and r.intensity == pytest.approx(r.flop / r.bytes)
+    assert r.tflops == pytest.approx(r.flop / (r.time_ms_median / 1e3) / 1e12)
+    # measured weights and cache equal the analytic sizes of counts.py
+    from ssmbench import counts
+
+    c = counts.counts("mamba", "prefill", SIZE, 1, 48, 4, "fp32")
+    assert r.weights_bytes == c.weights_bytes and r.cache_bytes == c.cache_bytes
+    assert r.verify["status"] == "passed" and r.threads == 1
+
+
+def test_failed_verification_is_never_timed_and_says_by_how_much(monkeypatch):
+    monkeypatch.setitem(numerics.TOLERANCES, "fp32", (0.0, 0.0))
+    verify = run_verify("mamba", "naive", "cpu", ["fp32"])
+    assert verify["status"] == "failed" and not verify["passed"]
+    r = run_cell(spec(backend="naive"), verify=verify)
+    assert r.status == "failed" and r.n_samples == 0 and r.time_ms_median is None
+    assert "verification failed for mamba/naive" in r.reason
+    assert "max_abs_err=" in r.reason and "atol=0e+00" in r.reason
+
+
+def test_missing_device_is_unavailable_with_its_reason():
+    verify = run_verify("attention", "torch", "cuda", ["fp32"])
+    assert verify["status"] == "unavailable"
+    r = run_cell(spec(model="attention", device="cuda", d_state=0), verify=verify)
+    assert r.status == "unavailable" and "torch.cuda.is_available() is False" in r.reason
+    r = run_cell(spec(model="attention", device="cuda", d_state=0), verify=None)
+    assert r.status == "unavailable"
+
+
+def test_a_crash_becomes_a_failed_record(monkeypatch):
+    import ssmbench.models
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(ssmbench.models, "build_model", broken)
+    r = run_cell(spec())
+    assert r.status == "failed" and r.reason == "RuntimeError: kernel exploded"
+
+
+@pytest.mark.parametrize(
+    "error, oom",
+    [
+        (MemoryError(), True),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB"), True),
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+        (RuntimeError("shape mismatch"), False),
+        (ValueError("out of memory"), False),
+    ],
+    ids=["MemoryError", "cpu-allocator", "cuda-message", "other-runtime", "not-runtime"],
+)
+def test_oom_classification(error, oom):
+    assert is_oom(error) is oom
+
+
+@pytest.mark.slow
+def test_real_allocation_failure_is_an_oom_record(tmp_path):
+    """A cell whose attention scores cannot fit under an address-space cap ends as oom."""
+    code = """
+import resource, json
+from ssmbench.cell import CellSpec, run_cell
+from ssmbench.config import Cell, Size, Timing
+import torch  # load the libraries before the cap
+resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+size = Size(d_model=32, n_layers=1, n_heads=8, head_dim=4, expand=2, d_conv=4, chunk=16)
+spec = CellSpec("t", Cell("attention", "naive", "prefill", 1, 32768, 0, "fp32"), "cpu",
+                size, Timing(0, 1, 1, 0.0, 5.0))
+print(json.dumps(run_cell(spec, threads=1).to_dict()))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout.strip().splitlines()[-1])
+    assert record["status"] == "oom", record["reason"]
+
+
+def test_command_line_prints_the_record(tmp_path):
+    out_path = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "ssmbench", "cell", "--preset", "ci", "--model", "attention"]
+    cmd += ["--backend", "naive", "--seq-len", "40", "--threads", "1", "--out", str(out_path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout)
+    assert record["status"] == "ok" and record["seq_len"] == 40 and record["d_state"] == 0
+    assert record["verify"]["status"] == "passed"
+    assert json.loads(out_path.read_text()) == record
+
+
+def test_command_line_rejects_bad_arguments():
+    cmd = [sys.executable, "-m", "ssmbench", "cell", "--model", "mamba", "--backend", "torch"]
+    bad = subprocess.run(cmd + ["--seq-len", "-5"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "must be a positive integer, got -5" in bad.stderr
+    bad = subprocess.run(
+        cmd + ["--seq-len", "8", "--preset", "tpu"], capture_output=True, text=True
+    )
+    assert bad.returncode != 0 and "unknown preset 'tpu'" in bad.stderr
