@@ -118,7 +118,7 @@ def _bad_source():
 def _bad_timing():
     c = cfg()
     c["presets"]["cpu"]["timing"]["max_samples"] = 2
-    return c, ["presets.cpu.timing.max_samples", "2", "min_samples=5"]
+    return c, ["presets.cpu.timing.max_samples", "2", "min_samples=10"]
 
 
 def _bad_size():

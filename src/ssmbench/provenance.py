@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -73,13 +73,23 @@ def git_state(repo: Path = REPO) -> dict:
     return {"commit": commit, "clean": clean}
 
 
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def package_versions() -> dict:
+    """Versions of :data:`PACKAGES` (None when absent), read from the ``*.dist-info``
+    folder names on ``sys.path``: a directory listing, not a parse of every METADATA file
+    (which costs a job a fifth of a second)."""
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        if not os.path.isdir(entry):
+            continue
+        for info in Path(entry).glob("*.dist-info"):
+            name, _, version = info.name.removesuffix(".dist-info").partition("-")
+            found.setdefault(_canonical(name), version)
     versions = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
+    versions.update({name: found.get(_canonical(name)) for name in PACKAGES})
     return versions
 
 

@@ -47,7 +47,7 @@ class CellRecord:
     time_ms_median: float | None = None
     time_ms_p95: float | None = None
     n_samples: int = 0
-    measure_s: float | None = None  # wall time of warm-up + sampling
+    measure_s: float | None = None  # wall time of every warm-up call and sample
     # analytic work (ssmbench.counts) and what the samples make of it
     tokens: int | None = None
     flop: float | None = None
