@@ -104,3 +104,64 @@ def selective_scan_step(
         delta_softplus=delta_softplus,
         state=state,
     )
+
+
+# The families below live in their own modules, imported on first use.
+
+
+def _family(name: str):
+    import importlib
+
+    return importlib.import_module(f"ssmbench.models.{name}")
+
+
+def ssd(x, dt, A, B, C, D=None, chunk_size=64, initial_state=None, backend="torch"):
+    """Mamba-2 SSD: x ``(b, t, h, p)``; dt ``(b, t, h)`` positive; A ``(h,)`` negative;
+    B, C ``(b, t, g, n)``; D ``(h,)``; state ``(b, h, p, n)`` -> ``(y (b, t, h, p), state)``.
+    See :func:`ssmbench.reference.ssd`."""
+    fn = pick_backend(_family("mamba2").SSD_BACKENDS, backend, "ssd")
+    return fn(x, dt, A, B, C, D=D, chunk_size=chunk_size, initial_state=initial_state)
+
+
+def ssd_step(x, dt, A, B, C, D=None, state=None, backend="torch"):
+    """One token of SSD: x ``(b, h, p)``; dt ``(b, h)``; B, C ``(b, g, n)``; state
+    ``(b, h, p, n)`` or None -> ``(y (b, h, p), state)``."""
+    return _family("mamba2").ssd_step(x, dt, A, B, C, D=D, state=state)
+
+
+def mamba3(x, dt, A, B, C, theta, lam, D=None, chunk_size=64, initial_state=None, backend="torch"):
+    """Mamba-3 SISO: as :func:`ssd`, plus theta ``(b, t, h, n/2)`` rotation angles and
+    lam ``(b, t, h)`` in [0, 1] (trapezoidal weight).  See :func:`ssmbench.reference.mamba3`."""
+    fn = pick_backend(_family("mamba3").MAMBA3_BACKENDS, backend, "mamba3")
+    return fn(x, dt, A, B, C, theta, lam, D=D, chunk_size=chunk_size, initial_state=initial_state)
+
+
+def mamba3_step(x, dt, A, B, C, theta, lam, D=None, state=None, backend="torch"):
+    """One token of Mamba-3 (the state also carries what the trapezoidal rule needs from
+    the previous token; see :mod:`ssmbench.models.mamba3`)."""
+    return _family("mamba3").mamba3_step(x, dt, A, B, C, theta, lam, D=D, state=state)
+
+
+def delta_rule(q, k, v, beta, g=None, chunk_size=64, initial_state=None, backend="torch"):
+    """(Gated) DeltaNet: q, k ``(b, t, h, k)``; v ``(b, t, h, v)``; beta ``(b, t, h)``;
+    g ``(b, t, h)`` log-decay or None; state ``(b, h, k, v)`` -> ``(o (b, t, h, v), state)``.
+    See :func:`ssmbench.reference.delta_rule`."""
+    fn = pick_backend(_family("deltanet").DELTA_RULE_BACKENDS, backend, "delta_rule")
+    return fn(q, k, v, beta, g=g, chunk_size=chunk_size, initial_state=initial_state)
+
+
+def delta_rule_step(q, k, v, beta, g=None, state=None, backend="torch"):
+    """One token of the delta rule: q, k ``(b, h, k)``; v ``(b, h, v)``; beta, g ``(b, h)``."""
+    return _family("deltanet").delta_rule_step(q, k, v, beta, g=g, state=state)
+
+
+def s4d(u, log_dt, A, C, D, initial_state=None, backend="torch"):
+    """S4D: u ``(b, t, h)``; log_dt ``(h,)``; A, C complex ``(h, n)``; D ``(h,)``; state
+    ``(b, h, n)`` complex -> ``(y (b, t, h), state)``.  See :func:`ssmbench.reference.s4d`."""
+    fn = pick_backend(_family("s4d").S4D_BACKENDS, backend, "s4d")
+    return fn(u, log_dt, A, C, D, initial_state=initial_state)
+
+
+def s4d_step(u, log_dt, A, C, D, state=None, backend="torch"):
+    """One token of S4D: u ``(b, h)``; state ``(b, h, n)`` complex or None."""
+    return _family("s4d").s4d_step(u, log_dt, A, C, D, state=state)

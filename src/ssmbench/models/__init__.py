@@ -1,46 +1,32 @@
 """Sequence models, one file per family, and :func:`build_model`.
 
-Every family provides its operator's backends (plain PyTorch functions), a one-token
-step, and a block mixer with ``forward(x, backend)`` and ``step(x_t, cache, backend)``;
+Every family module ``ssmbench.models.<family>`` provides its operator's backends (plain
+PyTorch functions in a dict by backend name), a one-token step, a block mixer with
+``forward(x, backend) -> (y, cache)`` and ``step(x_t, cache, backend) -> (y_t, cache)``,
+and ``build_mixer(size, d_state, layer) -> nn.Module``;
 :class:`~ssmbench.models.common.ResidualStack` stacks mixers into a model.
 This subpackage imports torch.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from ssmbench.config import Size
-from ssmbench.models.attention import ATTENTION_BACKENDS, AttentionMixer
 from ssmbench.models.common import ResidualStack
-from ssmbench.models.mamba import SCAN_BACKENDS, MambaMixer
 
-FAMILIES = ("attention", "mamba")
+FAMILIES = ("attention", "mamba", "s4d", "mamba2", "mamba3", "deltanet", "hybrid")
+BACKENDS = ("naive", "torch")
 DTYPES = {
     "fp64": torch.float64,
     "fp32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
 }
-BACKENDS = ("naive", "torch")
-
-# every family must offer every backend named in BACKENDS
-assert set(ATTENTION_BACKENDS) == set(SCAN_BACKENDS) == set(BACKENDS)
 
 __all__ = ["BACKENDS", "DTYPES", "FAMILIES", "ResidualStack", "build_model"]
-
-
-def _mixer(model: str, size: Size, d_state: int) -> torch.nn.Module:
-    """One freshly initialised mixer of the family ``model``."""
-    if model == "attention":
-        return AttentionMixer(size.d_model, size.n_heads, size.head_dim)
-    return MambaMixer(
-        size.d_model,
-        d_state=d_state,
-        d_conv=size.d_conv,
-        expand=size.expand,
-        chunk_size=size.chunk,
-    )
 
 
 def build_model(
@@ -63,8 +49,9 @@ def build_model(
         raise ValueError(f"unknown model {model!r}; known: {list(FAMILIES)}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known: {list(BACKENDS)}")
+    family = importlib.import_module(f"ssmbench.models.{model}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        mixers = [_mixer(model, size, d_state) for _ in range(size.n_layers)]
+        mixers = [family.build_mixer(size, d_state, layer) for layer in range(size.n_layers)]
         stack = ResidualStack(mixers, size.d_model, backend)
     return stack.to(device=device, dtype=dtype).eval()

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ssmbench.config import Size
 from ssmbench.models.common import pick_backend
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # (k_cache, v_cache), each (b, t, h, d)
@@ -125,3 +126,8 @@ class AttentionMixer(nn.Module):
         y_t, cache = attention_step(q, k, v, cache, backend=backend)  # (b h d)
         y_t = self.out_proj(y_t.reshape(batch, self.n_heads * self.head_dim))  # (b d_model)
         return y_t, cache
+
+
+def build_mixer(size: Size, d_state: int, layer: int) -> AttentionMixer:
+    """The attention mixer of a run's size preset (``d_state`` and ``layer`` unused)."""
+    return AttentionMixer(size.d_model, size.n_heads, size.head_dim)

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ssmbench.config import Size
 from ssmbench.models.common import pick_backend
 
 MambaCache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, d, d_conv), ssm_state (b, d, n))
@@ -404,3 +405,14 @@ class MambaMixer(nn.Module):
             state=ssm_state,
         )  # (b d), (b d n)
         return self.out_proj(y), (conv_state, ssm_state)
+
+
+def build_mixer(size: Size, d_state: int, layer: int) -> MambaMixer:
+    """The Mamba-1 mixer of a run's size preset (``layer`` unused)."""
+    return MambaMixer(
+        size.d_model,
+        d_state=d_state,
+        d_conv=size.d_conv,
+        expand=size.expand,
+        chunk_size=size.chunk,
+    )

@@ -1,0 +1,32 @@
+"""Attention against the float64 reference: both masks, and step() token by token."""
+
+from __future__ import annotations
+
+import torch
+
+from ssmbench import ops, reference
+from ssmbench.numerics import compare, to_numpy
+from ssmbench.verify import Inputs
+
+# (b, t, h, d): t = 37 and 70 are not multiples of 16 or 64, d = 17 is odd
+ATTENTION_SHAPES = ((2, 37, 3, 24), (2, 70, 3, 17))
+
+
+def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
+    checks, shapes = [], []
+    for b, t, h, d in ATTENTION_SHAPES:
+        label = f"b{b}-t{t}-h{h}-d{d}"
+        shapes.append({"op": "attention", "b": b, "t": t, "h": h, "d": d})
+        q, k, v = (inputs.randn(b, t, h, d) for _ in range(3))
+        for causal in (True, False):
+            ref = reference.attention(to_numpy(q), to_numpy(k), to_numpy(v), causal=causal)
+            out = ops.attention(q, k, v, causal=causal, backend=backend)
+            checks.append(compare(f"attention.y[{label}-causal={causal}]", ref, out, dtype))
+
+        ref = reference.attention(to_numpy(q), to_numpy(k), to_numpy(v), causal=True)
+        cache, ys = None, []
+        for i in range(t):
+            y_t, cache = ops.attention_step(q[:, i], k[:, i], v[:, i], cache, backend=backend)
+            ys.append(y_t)
+        checks.append(compare(f"attention_step.y[{label}]", ref, torch.stack(ys, 1), dtype))
+    return checks, shapes

@@ -1,0 +1,61 @@
+"""The Mamba-1 selective scan against the float64 reference: every chunk size, and
+selective_scan_step() token by token, with D, z, delta_bias and a random initial state."""
+
+from __future__ import annotations
+
+import torch
+
+from ssmbench import ops, reference
+from ssmbench.numerics import compare, to_numpy
+from ssmbench.verify import Inputs
+
+# (b, t, d, n): the same lengths; d = 13 and n = 5 are not powers of two
+SCAN_SHAPES = ((2, 37, 24, 5), (2, 70, 13, 5))
+SCAN_CHUNK_SIZES = (16, 64)
+
+
+def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
+    checks, shapes = [], []
+    chunk_sizes = SCAN_CHUNK_SIZES if backend == "torch" else (None,)
+    for b, t, d, n in SCAN_SHAPES:
+        u, delta, z = inputs.randn(b, t, d), inputs.randn(b, t, d, scale=0.5), inputs.randn(b, t, d)
+        A = -inputs.rand(d, n, low=0.5, high=2.0)
+        B, C = inputs.randn(b, t, n), inputs.randn(b, t, n)
+        D, delta_bias = inputs.randn(d), inputs.randn(d, scale=0.5)
+        h0 = inputs.randn(b, d, n)
+        args = (u, delta, A, B, C)
+        kwargs = {"D": D, "z": z, "delta_bias": delta_bias, "delta_softplus": True}
+        ref_y, ref_h = reference.selective_scan(
+            *(to_numpy(x) for x in args),
+            **{key: to_numpy(x) if torch.is_tensor(x) else x for key, x in kwargs.items()},
+            initial_state=to_numpy(h0),
+        )
+
+        for chunk_size in chunk_sizes:
+            label = f"b{b}-t{t}-d{d}-n{n}" + (f"-c{chunk_size}" if chunk_size else "")
+            shapes.append(
+                {"op": "selective_scan", "b": b, "t": t, "d": d, "n": n, "chunk_size": chunk_size}
+            )
+            y, h = ops.selective_scan(
+                *args, **kwargs, initial_state=h0, backend=backend, chunk_size=chunk_size or 64
+            )
+            checks.append(compare(f"selective_scan.y[{label}]", ref_y, y, dtype))
+            checks.append(compare(f"selective_scan.final_state[{label}]", ref_h, h, dtype))
+
+        label = f"b{b}-t{t}-d{d}-n{n}"
+        state, ys = h0, []
+        for i in range(t):
+            token = (u[:, i], delta[:, i], A, B[:, i], C[:, i])
+            y_t, state = ops.selective_scan_step(
+                *token,
+                D=D,
+                z=z[:, i],
+                delta_bias=delta_bias,
+                delta_softplus=True,
+                state=state,
+                backend=backend,
+            )
+            ys.append(y_t)
+        checks.append(compare(f"selective_scan_step.y[{label}]", ref_y, torch.stack(ys, 1), dtype))
+        checks.append(compare(f"selective_scan_step.final_state[{label}]", ref_h, state, dtype))
+    return checks, shapes
