@@ -1,0 +1,55 @@
+"""S4D against the float64 reference: the operator with a random initial state, and
+s4d_step() token by token from the same state."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ssmbench import ops
+from ssmbench.numerics import compare, to_numpy
+from ssmbench.reference.s4d import s4d as s4d_reference
+from ssmbench.verify import Inputs
+
+# (b, t, h, n): T = 1, and lengths whose T + 1 is not a square (the FFT form's last block
+# of powers is partial); h = 13 and n = 5 not powers of two
+S4D_SHAPES = ((1, 1, 4, 3), (2, 37, 24, 5), (2, 70, 13, 5))
+
+
+def _complex(inputs: Inputs, real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
+    """A complex tensor from parts drawn in the dtype under test (so the reference sees
+    the rounded numbers), held in complex64 at least: there is no complex half."""
+    wide = torch.float64 if inputs.dtype == torch.float64 else torch.float32
+    return torch.complex(real.to(wide), imag.to(wide))
+
+
+def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
+    checks, shapes = [], []
+    for b, t, h, n in S4D_SHAPES:
+        u = inputs.randn(b, t, h)
+        log_dt = inputs.rand(h, low=math.log(1e-3), high=math.log(1e-1))
+        # stable modes: Re A in [-1, -0.1], Im A in [0, 3 pi] (S4D-Lin: Im A_k = pi k)
+        A = _complex(
+            inputs,
+            -inputs.rand(h, n, low=0.1, high=1.0),
+            inputs.rand(h, n, low=0.0, high=3 * math.pi),
+        )
+        C = _complex(inputs, inputs.randn(h, n), inputs.randn(h, n))
+        D = inputs.randn(h)
+        h0 = _complex(inputs, inputs.randn(b, h, n), inputs.randn(b, h, n))
+        ref_y, ref_h = s4d_reference(*(to_numpy(x) for x in (u, log_dt, A, C, D, h0)))
+
+        label = f"b{b}-t{t}-h{h}-n{n}"
+        shapes.append({"op": "s4d", "b": b, "t": t, "h": h, "n": n})
+        y, state = ops.s4d(u, log_dt, A, C, D, initial_state=h0, backend=backend)
+        checks.append(compare(f"s4d.y[{label}]", ref_y, y, dtype))
+        checks.append(compare(f"s4d.final_state[{label}]", ref_h, state, dtype))
+
+        state, ys = h0, []
+        for i in range(t):
+            y_t, state = ops.s4d_step(u[:, i], log_dt, A, C, D, state=state, backend=backend)
+            ys.append(y_t)
+        checks.append(compare(f"s4d_step.y[{label}]", ref_y, torch.stack(ys, 1), dtype))
+        checks.append(compare(f"s4d_step.final_state[{label}]", ref_h, state, dtype))
+    return checks, shapes
