@@ -1,0 +1,583 @@
+"""Mamba-3 SISO (Lahoti et al. 2026, "Mamba-3", arXiv 2603.15569): the operator in three
+forms, and the block mixer.
+
+Glossary (axis letter -> paper symbol):
+
+    b  batch
+    t  time (sequence length T); s a second index over the same sequence
+    l  position inside a chunk of ``chunk_size`` tokens; c the chunk index
+    h  heads                       (H)
+    p  head dim                    (P, the "value" width)
+    n  state size                  (N)
+    g  groups of heads sharing B and C
+    r  rotation angles per head    (n/2 for a fully complex state; mamba_ssm rotates n/4)
+
+The recurrence (exponential-trapezoidal rule, complex state by rotating B and C):
+
+    phi_t = phi_{t-1} + dt_t theta_t                          cumulative phase, (b h r)
+    B~_t = R(phi_t) B_t,  C~_t = R(phi_t) C_t                 "RoPE trick"
+    alpha_t = exp(dt_t A),  beta_t = (1 - lam_t) dt_t alpha_t,  gamma_t = lam_t dt_t
+    h_t = alpha_t h_{t-1} + beta_t x_{t-1} B~_{t-1}^T + gamma_t x_t B~_t^T
+    y_t = h_t C~_t + D x_t
+
+R(phi) rotates the state channel pairs (2i, 2i+1) for i < r by phi_i (``(v0, v1) ->
+(v0 cos - v1 sin, v0 sin + v1 cos)``, mamba_ssm's SISO convention); the other channels are
+not rotated.  See :mod:`ssmbench.reference.mamba3` for the float64 truth.  With lam = 1 and
+theta = 0 this is exactly Mamba-2's SSD.
+
+The state (:class:`Mamba3State`, a NamedTuple, also the mixer's cache) is
+``(ssm (b, h, p, n), phase (b, h, r), B_prev (b, h, n), x_prev (b, h, p))``: the SSM state
+in the rotated frame, the phase, and the last token's rotated B and its x, which the next
+token's beta term needs.  Every op takes it as ``initial_state`` (or a bare ``(b, h, p, n)``
+SSM state, the rest zero) and returns it as the final state.
+
+Three forms that must agree (tests pin them to the NumPy reference):
+
+- ``mamba3_naive``: discretise every token at once, then a Python loop over time with one
+  small state update per token.
+- ``mamba3_torch``: chunked, no Python loop over time or chunks.  The trapezoid's two input
+  terms share one decay kernel, so they are summed into one SSD with a per-token input
+  weight w_s and a diagonal correction (see :func:`mamba3_torch`); B and C are rotated by
+  the cumulative phase (a cumsum); then Mamba-2's chunked SSD algorithm
+  (:func:`ssd_chunked`).
+- ``mamba3_step``: one token, for decode.
+
+All forms compute in float32 at least (half inputs are widened), return y in the dtype of
+x and the state in the compute dtype.
+
+What this file leaves out: MIMO (rank > 1) Mamba-3; mamba_ssm's data-dependent A (the
+operator takes A ``(h,)`` as DESIGN.md says, so the block learns one A per head, as
+Mamba-2); the optional gated output norm (``is_outproj_norm``, off by default in
+mamba_ssm); variable-length packed batches; reduction of the phase mod 2 pi (mamba_ssm
+keeps it in [0, 2 pi); the rotation is the same); any fused kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssmbench.config import Size
+from ssmbench.models.common import RMSNorm, pick_backend
+from ssmbench.reference.mamba3 import Mamba3State
+
+__all__ = [
+    "MAMBA3_BACKENDS",
+    "MAMBA3_STEP_BACKENDS",
+    "Mamba3Mixer",
+    "Mamba3State",
+    "build_mixer",
+    "mamba3_naive",
+    "mamba3_step",
+    "mamba3_torch",
+    "rotate_pairs",
+    "ssd_chunked",
+]
+
+
+def _widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The tensors in float32 at least (None stays None): the state sums over many tokens,
+    which half precision cannot hold."""
+    return tuple(
+        x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
+        for x in tensors
+    )
+
+
+def _check_shapes(x, dt, A, B, C, theta, lam, D, token: bool = False) -> None:
+    """ValueError naming the first argument whose shape does not fit (``token``: no t axis)."""
+    lead = x.shape[:-2]  # (b, t) or (b,)
+    if x.dim() != (3 if token else 4):
+        raise ValueError(f"x must be {'(b, h, p)' if token else '(b, t, h, p)'}, got {x.shape}")
+    h = x.shape[-2]
+    if B.dim() != x.dim() or B.shape[:-2] != lead or B.shape != C.shape:
+        raise ValueError(f"B {tuple(B.shape)} and C {tuple(C.shape)} must be {(*lead, 'g', 'n')}")
+    g, n = B.shape[-2], B.shape[-1]
+    if h % g:
+        raise ValueError(f"heads h={h} are not divisible by groups g={g}")
+    if dt.shape != (*lead, h) or lam.shape != (*lead, h):
+        raise ValueError(f"dt {tuple(dt.shape)} and lam {tuple(lam.shape)} must be {(*lead, h)}")
+    if A.shape != (h,) or (D is not None and D.shape != (h,)):
+        D_shape = None if D is None else tuple(D.shape)
+        raise ValueError(f"A and D must be ({h},), got {tuple(A.shape)} and {D_shape}")
+    if theta.dim() != x.dim() or theta.shape[:-1] != (*lead, h) or 2 * theta.shape[-1] > n:
+        raise ValueError(f"theta must be {(*lead, h, 'r')} with 2 r <= n={n}, got {theta.shape}")
+
+
+def _initial_state(
+    state: Mamba3State | tuple | torch.Tensor | None,
+    b: int,
+    h: int,
+    p: int,
+    n: int,
+    r: int,
+    like: torch.Tensor,
+) -> Mamba3State:
+    """The state as a :class:`Mamba3State` in the compute dtype: zeros for None, a bare
+    ``(b, h, p, n)`` SSM state padded with a zero phase, B_prev and x_prev."""
+    if state is None:
+        state = like.new_zeros(b, h, p, n)
+    if not isinstance(state, tuple):
+        zeros = like.new_zeros
+        state = (state, zeros(b, h, r), zeros(b, h, n), zeros(b, h, p))
+    state = Mamba3State(*_widen(*state))
+    expected = Mamba3State((b, h, p, n), (b, h, r), (b, h, n), (b, h, p))
+    for name, tensor, shape in zip(Mamba3State._fields, state, expected, strict=True):
+        if tuple(tensor.shape) != shape:
+            raise ValueError(f"state.{name} must be {shape}, got {tuple(tensor.shape)}")
+    return state
+
+
+def rotate_pairs(v: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
+    """R(phase) v: rotate the channel pairs (2i, 2i+1), i < r, by phase[..., i]; the
+    channels from 2r on pass through.
+
+    v: ``(..., n)``; phase: ``(..., r)``, broadcastable, ``2 r <= n`` -> ``(..., n)``.
+    """
+    return _rotate(v, _turn(phase))
+
+
+def _turn(phase: torch.Tensor) -> torch.Tensor:
+    """exp(i phase), complex ``(..., r)``: a pair (v0, v1) read as v0 + i v1 and multiplied
+    by it is R(phase) (v0, v1), the paper's complex state channel."""
+    return torch.complex(phase.cos(), phase.sin())
+
+
+def _rotate(v: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+    """:func:`rotate_pairs` as one complex multiply (a fused kernel; the real form with
+    four multiplies and an interleaving stack is several times slower on CPU).
+
+    v: ``(..., n)`` real; turn: ``(..., r)`` complex from :func:`_turn`, broadcastable
+    against v -> the broadcast shape ``(..., n)``.
+    """
+    r = turn.shape[-1]
+    pairs = v[..., : 2 * r]
+    if not pairs.is_contiguous() or pairs.storage_offset() % 2:
+        pairs = pairs.clone(memory_format=torch.contiguous_format)  # view_as_complex needs it
+    rotated = torch.view_as_complex(pairs.unflatten(-1, (r, 2))) * turn  # (... r) complex
+    rotated = torch.view_as_real(rotated).flatten(-2)  # (... 2r)
+    if 2 * r == v.shape[-1]:
+        return rotated
+    rest = v[..., 2 * r :].expand(*rotated.shape[:-1], -1)  # (... n-2r)
+    return torch.cat([rotated, rest], dim=-1)  # (... n)
+
+
+def _rotate_heads(v: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+    """R(phi) v per head, where the g groups of v are each shared by h/g heads (head i
+    reads group i // (h/g)); no copy of v per head is made before the rotation does.
+
+    v: ``(..., g, n)``; turn: ``(..., h, r)`` complex -> ``(..., h, n)``.
+    """
+    g, h = v.shape[-2], turn.shape[-2]
+    turn = turn.unflatten(-2, (g, h // g))  # (... g h/g r)
+    return _rotate(v.unsqueeze(-2), turn).flatten(-3, -2)  # (... h n)
+
+
+def _rotated_inputs(x, dt, B, C, theta, phase0):
+    """Rotate B, C ``(b, t, g, n)`` per head of x by the cumulative phase
+    phi_t = phi_init + sum_{s <= t} dt_s theta_s.  Returns phi ``(b, t, h, r)``,
+    B~ and C~ ``(b, t, h, n)``."""
+    phase = phase0[:, None] + torch.cumsum(dt[..., None] * theta, dim=1)  # (b t h r)
+    turn = _turn(phase)  # (b t h r) complex
+    return phase, _rotate_heads(B, turn), _rotate_heads(C, turn)
+
+
+def mamba3_naive(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    theta: torch.Tensor,
+    lam: torch.Tensor,
+    D: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    initial_state: Mamba3State | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Mamba3State]:
+    """Mamba-3 as the seeds wrote their scans: discretise and rotate every token at once,
+    then a Python loop over time with one small state update per token.
+
+    Args:
+        x: ``(b, t, h, p)``; dt: ``(b, t, h)``, positive; A: ``(h,)``, negative;
+            B, C: ``(b, t, g, n)``, h divisible by g; theta: ``(b, t, h, r)`` angle rates,
+            ``2 r <= n``; lam: ``(b, t, h)`` in [0, 1]; D: ``(h,)`` or None.  One float
+            dtype for all.
+        chunk_size: unused; accepted so that every backend has one signature.
+        initial_state: a :class:`Mamba3State`, a bare ``(b, h, p, n)`` SSM state, or None.
+
+    Returns:
+        y: ``(b, t, h, p)`` in the dtype of x, and the final :class:`Mamba3State` in
+        float32 or wider.
+    """
+    _check_shapes(x, dt, A, B, C, theta, lam, D)
+    out_dtype = x.dtype
+    x, dt, A, B, C, theta, lam, D = _widen(x, dt, A, B, C, theta, lam, D)
+    b, T, h, p = x.shape
+    state = _initial_state(initial_state, b, h, p, B.shape[-1], theta.shape[-1], x)
+    phase, B_rot, C_rot = _rotated_inputs(x, dt, B, C, theta, state.phase)
+    alpha = torch.exp(dt * A)  # (b t h)
+    beta = (1 - lam) * dt * alpha  # (b t h)
+    gamma = lam * dt  # (b t h)
+
+    ssm, B_prev, x_prev = state.ssm, state.B_prev, state.x_prev
+    ys = []
+    for t in range(T):
+        previous = torch.einsum("bhp,bhn->bhpn", x_prev, B_prev)  # x_{t-1} B~_{t-1}^T
+        current = torch.einsum("bhp,bhn->bhpn", x[:, t], B_rot[:, t])  # x_t B~_t^T
+        ssm = (
+            alpha[:, t, :, None, None] * ssm
+            + beta[:, t, :, None, None] * previous
+            + gamma[:, t, :, None, None] * current
+        )  # h_t, (b h p n)
+        ys.append(torch.einsum("bhpn,bhn->bhp", ssm, C_rot[:, t]))  # y_t = h_t C~_t
+        B_prev, x_prev = B_rot[:, t], x[:, t]
+    y = torch.stack(ys, dim=1)  # (b t h p)
+    if D is not None:
+        y = y + D[:, None] * x
+    last = Mamba3State(ssm, phase[:, -1], B_prev, x_prev)
+    return y.to(out_dtype), Mamba3State(*(part.clone() for part in last))  # own storage
+
+
+# Decays below e^-60 (~1e-26) are held there: far below float32's rounding of any sum they
+# join, and it keeps exp() and the matmuls out of subnormal floats, which run many times
+# slower on CPUs (strong decays over a 64-token chunk reach e^-100).
+_LOG_DECAY_FLOOR = -60.0
+
+
+def _decay(log_decay: torch.Tensor) -> torch.Tensor:
+    """exp(log_decay), floored at exp(-60) (see ``_LOG_DECAY_FLOOR``)."""
+    return torch.exp(log_decay.clamp(min=_LOG_DECAY_FLOOR))
+
+
+def _decay_matrix(a: torch.Tensor) -> torch.Tensor:
+    """The decay matrix ``L[..., i, j] = exp(a[..., j+1] + ... + a[..., i])`` for i >= j
+    (Dao & Gu 2024, eq. 4's 1-semiseparable matrix), and 1 above the diagonal: the caller
+    masks the factor it multiplies L with (masking L itself would cost another pass).
+
+    A stable segment sum: each entry is a cumsum of masked copies of ``a`` (as mamba_ssm's
+    ``ssd_minimal``), not a difference of two long prefix sums, which would cancel.  The
+    sums run along the last, contiguous axis, so L is returned as the transposed view of a
+    contiguous ``(..., j, i)`` tensor.  The floor and exp run in place on that fresh sum.
+
+    a: ``(..., l)`` -> ``(..., l, l)``.
+    """
+    l = a.shape[-1]
+    later = torch.ones(l, l, dtype=a.dtype, device=a.device).triu(1)  # [j, i] = 1 where i > j
+    segsum = torch.cumsum(a[..., None, :] * later, dim=-1)  # [j, i] = sum_{j<k<=i} a_k
+    return segsum.clamp_(min=_LOG_DECAY_FLOOR).exp_().mT  # (... l l)
+
+
+def ssd_chunked(
+    x: torch.Tensor,
+    log_decay: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    initial_state: torch.Tensor,
+    chunk_size: int,
+    diagonal: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunked SSD algorithm (Dao & Gu 2024, arXiv 2405.21060, section 6 and its
+    listing 1) for ``h_t = exp(a_t) h_{t-1} + x_t B_t^T``, ``y_t = h_t C_t + d_t x_t``,
+    with B and C per head; B carries the input weight (dt in Mamba-2).  No Python loop
+    over time or chunks: five batched matmuls.  Inside, the chunks are laid out
+    ``(b, h, c, l, .)`` so that every matmul reads its operands in place.
+
+    Args:
+        x: ``(b, t, h, p)``; log_decay: ``(b, t, h)``, a_t <= 0; B, C: ``(b, t, h, n)``;
+            initial_state: ``(b, h, p, n)``; diagonal: ``(b, t, h)`` or None, the d_t
+            added to the diagonal of each chunk's token-to-token matrix (skip terms ride
+            along in the matmul instead of a separate pass over x).
+        chunk_size: tokens per chunk (``min(chunk_size, t)`` is used); the length is padded
+            to a multiple with a = 0, x = 0, which leaves the final state alone.
+
+    Returns:
+        y ``(b, t, h, p)`` and the final state ``(b, h, p, n)``.
+    """
+    b, T, h, p = x.shape
+    n = B.shape[-1]
+    l = max(1, min(chunk_size, T))
+    pad = -T % l
+    if pad:
+        x, B, C = (F.pad(v, (0, 0, 0, 0, 0, pad)) for v in (x, B, C))  # (b t' h .)
+        log_decay = F.pad(log_decay, (0, 0, 0, pad))  # (b t' h)
+        diagonal = None if diagonal is None else F.pad(diagonal, (0, 0, 0, pad))  # (b t' h)
+    c = (T + pad) // l
+
+    def chunked(v: torch.Tensor) -> torch.Tensor:  # (b t' h ...) -> (b h c l ...)
+        return v.transpose(1, 2).reshape(b, h, c, l, *v.shape[3:]).contiguous()
+
+    x, B, C, a = chunked(x), chunked(B), chunked(C), chunked(log_decay)  # (b h c l .)
+    a_cum = torch.cumsum(a, dim=-1)  # (b h c l)
+
+    # 1. inside each chunk (the diagonal blocks): L o C B^T, L = exp(segsum(a)), causal;
+    #    both factors, and so the product, are laid out (s, l) in memory (see _decay_matrix)
+    decay = _decay_matrix(a)  # (b h c l s)
+    causal_scores = (B @ C.mT).triu_().mT  # C_l . B_s where s <= l, else 0, (b h c l s)
+    scores = causal_scores * decay  # (b h c l s)
+    if diagonal is not None:
+        # in place on a fresh product that backward does not need: y_t += d_t x_t
+        scores.diagonal(dim1=-2, dim2=-1).add_(chunked(diagonal))
+
+    # 2. each chunk's own end state sum_s exp(a_{s+1} + ... + a_{l-1}) x_s B_s^T, kept
+    #    transposed (n, p) so that step 4 reads it in place; the decays are L's last row
+    decay_to_end = decay[..., -1, :]  # (b h c l)
+    states = (B * decay_to_end[..., None]).mT @ x  # (b h c n p)
+
+    # 3. between chunks: the same recurrence over chunk ends, by segsum of the chunk decays
+    #    (row k of the chunk decay matrix gives the state entering chunk k; row c, the
+    #    final state, is a matmul of its own so that the rows before it stay contiguous)
+    states = torch.cat([initial_state.mT[:, :, None], states], dim=2).flatten(-2)  # (b h c+1 np)
+    chunk_decay = _decay_matrix(F.pad(a_cum[..., -1], (1, 0))).tril()  # (b h c+1 c+1)
+    entering = (chunk_decay[..., :-1, :] @ states).unflatten(-1, (n, p))  # (b h c n p)
+    final = (chunk_decay[..., -1:, :] @ states).unflatten(-1, (n, p))  # (b h 1 n p)
+
+    # 4. outputs: the chunk's entering state, decayed, read by C; plus (L o C B^T) x,
+    #    accumulated in place into that fresh product (backward needs neither)
+    y = (C * _decay(a_cum)[..., None]) @ entering  # (b h c l p)
+    y.flatten(0, 2).baddbmm_(scores.flatten(0, 2), x.flatten(0, 2))  # (b h c l p)
+    y = y.reshape(b, h, c * l, p).transpose(1, 2)[:, :T]  # (b t h p)
+    return y.contiguous(), final[:, :, 0].mT.contiguous()
+
+
+def mamba3_torch(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    theta: torch.Tensor,
+    lam: torch.Tensor,
+    D: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    initial_state: Mamba3State | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Mamba3State]:
+    """Mamba-3, chunked: no Python loop over time or chunks.
+
+    1. rotate B and C by the cumulative phase (a cumsum over t);
+    2. fold the trapezoid's two input terms into one.  Unrolled, token s reaches token t > s
+       through gamma_s x_s B~_s^T (decayed by alpha_{s+1} ... alpha_t) and through the
+       shifted term beta_{s+1} x_s B~_s^T (decayed by alpha_{s+2} ... alpha_t); since
+       beta_{s+1} = (1 - lam_{s+1}) dt_{s+1} alpha_{s+1}, both carry the same decay, so
+
+           h_t = sum_{s <= t} exp(a_{s+1} + ... + a_t) w_s x_s B~_s^T  -  e_t x_t B~_t^T
+           w_s = gamma_s + e_s,   e_s = (1 - lam_{s+1}) dt_{s+1}   (e_{T-1} = 0)
+
+       with a_t = dt_t A: one SSD with input weight w (put on B) whose token-to-itself
+       term is corrected by -e_t (C~_t . B~_t) x_t in y (mamba_ssm's SISO kernel does the
+       same).  The state that the chunks pass on holds the e_t term already; the final one
+       has e_{T-1} = 0.  The initial state's beta term beta_0 x_prev B_prev^T joins the
+       initial SSM state before its alpha_0;
+    3. the chunked SSD (:func:`ssd_chunked`), with the correction and the skip D x on the
+       diagonal of its token-to-token matrix.
+
+    Args:
+        as :func:`mamba3_naive`; chunk_size: tokens per chunk of the SSD.
+
+    Returns:
+        y: ``(b, t, h, p)`` in the dtype of x, and the final :class:`Mamba3State` in
+        float32 or wider.
+    """
+    _check_shapes(x, dt, A, B, C, theta, lam, D)
+    out_dtype = x.dtype
+    x, dt, A, B, C, theta, lam, D = _widen(x, dt, A, B, C, theta, lam, D)
+    b, T, h, p = x.shape
+    state = _initial_state(initial_state, b, h, p, B.shape[-1], theta.shape[-1], x)
+
+    # 1. B~_t = R(phi_t) B_t, C~_t = R(phi_t) C_t
+    phase, B_rot, C_rot = _rotated_inputs(x, dt, B, C, theta, state.phase)  # (b t h .)
+
+    # 2. the trapezoid as one weighted input plus a diagonal correction
+    gamma = lam * dt  # (b t h)
+    ahead = F.pad((1 - lam[:, 1:]) * dt[:, 1:], (0, 0, 0, 1))  # e_t: next beta / alpha, (b t h)
+    diagonal = -ahead * (C_rot * B_rot).sum(-1)  # -e_t C~_t . B~_t, (b t h)
+    if D is not None:
+        diagonal = diagonal + D  # the skip D x_t
+    beta0 = (1 - lam[:, 0]) * dt[:, 0]  # beta_0 / alpha_0, (b h)
+    h0 = state.ssm + beta0[..., None, None] * torch.einsum(
+        "bhp,bhn->bhpn", state.x_prev, state.B_prev
+    )  # (b h p n)
+
+    # 3. chunked SSD
+    B_weighted = B_rot * (gamma + ahead)[..., None]  # w_t B~_t, (b t h n)
+    y, ssm = ssd_chunked(x, dt * A, B_weighted, C_rot, h0, chunk_size, diagonal)
+    # the state in its own storage: slices would keep (b, t, ...) tensors alive
+    last = Mamba3State(ssm, phase[:, -1], B_rot[:, -1], x[:, -1])
+    return y.to(out_dtype), Mamba3State(*(part.clone() for part in last))
+
+
+def mamba3_step(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    theta: torch.Tensor,
+    lam: torch.Tensor,
+    D: torch.Tensor | None = None,
+    state: Mamba3State | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Mamba3State]:
+    """One token of Mamba-3 (the recurrent form, for decode); both backends share it.
+
+    Args:
+        x: ``(b, h, p)``; dt, lam: ``(b, h)``; A, D: ``(h,)``; B, C: ``(b, g, n)``;
+            theta: ``(b, h, r)``; state: a :class:`Mamba3State`, a bare ``(b, h, p, n)``
+            SSM state, or None for zeros (no previous token).
+
+    Returns:
+        y: ``(b, h, p)`` in the dtype of x and the new :class:`Mamba3State` in float32
+        or wider.
+    """
+    _check_shapes(x, dt, A, B, C, theta, lam, D, token=True)
+    out_dtype = x.dtype
+    x, dt, A, B, C, theta, lam, D = _widen(x, dt, A, B, C, theta, lam, D)
+    b, h, p = x.shape
+    state = _initial_state(state, b, h, p, B.shape[-1], theta.shape[-1], x)
+    phase = state.phase + dt[..., None] * theta  # phi_t, (b h r)
+    turn = _turn(phase)  # (b h r) complex
+    B_rot, C_rot = _rotate_heads(B, turn), _rotate_heads(C, turn)  # (b h n)
+    alpha = torch.exp(dt * A)  # (b h)
+    beta = (1 - lam) * dt * alpha  # (b h)
+    gamma = lam * dt  # (b h)
+    ssm = (
+        alpha[..., None, None] * state.ssm
+        + beta[..., None, None] * torch.einsum("bhp,bhn->bhpn", state.x_prev, state.B_prev)
+        + gamma[..., None, None] * torch.einsum("bhp,bhn->bhpn", x, B_rot)
+    )  # h_t, (b h p n)
+    y = torch.einsum("bhpn,bhn->bhp", ssm, C_rot)  # (b h p)
+    if D is not None:
+        y = y + D[:, None] * x
+    return y.to(out_dtype), Mamba3State(ssm, phase, B_rot, x.clone())  # x: own storage
+
+
+MAMBA3_BACKENDS = {"naive": mamba3_naive, "torch": mamba3_torch}
+MAMBA3_STEP_BACKENDS = {"naive": mamba3_step, "torch": mamba3_step}
+
+
+def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
+    """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y))."""
+    return y + torch.log(-torch.expm1(-y))
+
+
+def rotation_angles(d_state: int) -> int:
+    """Angles per head of the block: mamba_ssm's default ``rope_fraction = 0.5`` rotates
+    half of the state channels, n/4 pairs (at least one pair when n >= 2)."""
+    return min(d_state // 2, max(1, d_state // 4))
+
+
+class Mamba3Mixer(nn.Module):
+    """The Mamba-3 SISO mixer, as mamba_ssm's ``Mamba3`` module (no short conv: Mamba-3
+    drops it):
+
+        z, x, B, C, dt, lam, theta = in_proj(u)      one projection, no bias
+        B = RMSNorm(B) + B_bias,  C = RMSNorm(C) + C_bias    QK-norm-like, biases per head
+        dt = softplus(dt + dt_bias),  lam = sigmoid(lam),  theta = pi tanh(theta)
+        y, state = mamba3(x, dt, A, B, C, theta, lam, D)
+        out = out_proj(y * silu(z))
+
+    Sizes: p = head_dim, h = (expand * d_model) // p heads, d_inner = h p (the expanded
+    width rounded down to whole heads), n = d_state, one B/C group (g = 1), which the
+    per-head biases turn into per-head B and C (the op sees g = h); r = n/4 rotation angles
+    shared by all heads (mamba_ssm's rope_fraction 0.5).
+
+    Init as mamba_ssm: dt log-uniform in [dt_min, dt_max] stored as softplus^-1 in dt_bias,
+    B_bias = C_bias = 1, D = 1, RMSNorm weights 1.  A is one learned value per head
+    (mamba_ssm projects a data-dependent A; the operator here takes A ``(h,)``), drawn
+    uniform in [1, 16] as Mamba-2's ``A_init_range`` and stored as log(-A).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 16,
+        expand: int = 2,
+        head_dim: int = 64,
+        chunk_size: int = 64,
+        dt_min: float = 1e-3,
+        dt_max: float = 1e-1,
+        dt_init_floor: float = 1e-4,
+        A_init_range: tuple[float, float] = (1.0, 16.0),
+    ):
+        super().__init__()
+        self.nheads = (expand * d_model) // head_dim  # H
+        if self.nheads < 1:
+            raise ValueError(f"expand * d_model = {expand * d_model} is less than one head")
+        self.head_dim = head_dim  # P
+        self.d_inner = self.nheads * head_dim
+        self.d_state = d_state  # N
+        self.n_angles = rotation_angles(d_state)  # R
+        self.chunk_size = chunk_size
+
+        # order [z, x, B, C, dt, lam, theta], as mamba_ssm's less its dd_A
+        self.split = [
+            self.d_inner,
+            self.d_inner,
+            d_state,
+            d_state,
+            self.nheads,
+            self.nheads,
+            self.n_angles,
+        ]
+        self.in_proj = nn.Linear(d_model, sum(self.split), bias=False)
+        self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
+        self.B_norm = RMSNorm(d_state)
+        self.C_norm = RMSNorm(d_state)
+        self.B_bias = nn.Parameter(torch.ones(self.nheads, d_state))
+        self.C_bias = nn.Parameter(torch.ones(self.nheads, d_state))
+
+        log_dt = torch.rand(self.nheads) * (math.log(dt_max) - math.log(dt_min))
+        dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (h)
+        self.dt_bias = nn.Parameter(_inverse_softplus(dt))
+        A = torch.empty(self.nheads).uniform_(*A_init_range)  # (h)
+        self.A_log = nn.Parameter(torch.log(A))
+        self.D = nn.Parameter(torch.ones(self.nheads))
+
+    def _op_inputs(self, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """z, x ``(..., h, p)``; B, C ``(..., h, n)``; dt, lam ``(..., h)``;
+        theta ``(..., h, r)``; A ``(h,)`` from the block input u ``(..., d_model)``."""
+        z, x, B, C, dt, lam, theta = torch.split(self.in_proj(u), self.split, dim=-1)
+        z = z.unflatten(-1, (self.nheads, self.head_dim))  # (... h p)
+        x = x.unflatten(-1, (self.nheads, self.head_dim))  # (... h p)
+        B = self.B_norm(B)[..., None, :] + self.B_bias  # (... h n)
+        C = self.C_norm(C)[..., None, :] + self.C_bias  # (... h n)
+        dt = F.softplus(dt + self.dt_bias)  # (... h)
+        lam = torch.sigmoid(lam)  # (... h)
+        theta = math.pi * torch.tanh(theta)  # (... r)
+        theta = theta[..., None, :].expand(*theta.shape[:-1], self.nheads, self.n_angles)
+        A = -torch.exp(self.A_log)  # (h)
+        return z, x, B, C, dt, lam, theta, A
+
+    def forward(self, u: torch.Tensor, backend: str) -> tuple[torch.Tensor, Mamba3State]:
+        """u: ``(b, t, d_model)`` -> y ``(b, t, d_model)`` and the cache, the op's final
+        :class:`Mamba3State` ``(ssm (b, h, p, n), phase (b, h, r), B_prev (b, h, n),
+        x_prev (b, h, p))``, which :meth:`step` continues from."""
+        op = pick_backend(MAMBA3_BACKENDS, backend, "Mamba3Mixer")
+        z, x, B, C, dt, lam, theta, A = self._op_inputs(u)
+        y, state = op(x, dt, A, B, C, theta, lam, D=self.D, chunk_size=self.chunk_size)
+        y = y * F.silu(z)  # (b t h p)
+        return self.out_proj(y.flatten(-2)), state
+
+    def step(
+        self, u_t: torch.Tensor, cache: Mamba3State | None, backend: str
+    ) -> tuple[torch.Tensor, Mamba3State]:
+        """u_t: ``(b, d_model)``, cache from :meth:`forward` or the last step (or None for
+        an empty one) -> y_t ``(b, d_model)`` and the updated cache."""
+        step = pick_backend(MAMBA3_STEP_BACKENDS, backend, "Mamba3Mixer.step")
+        z, x, B, C, dt, lam, theta, A = self._op_inputs(u_t)
+        y, state = step(x, dt, A, B, C, theta, lam, D=self.D, state=cache)
+        y = y * F.silu(z)  # (b h p)
+        return self.out_proj(y.flatten(-2)), state
+
+
+def build_mixer(size: Size, d_state: int, layer: int) -> Mamba3Mixer:
+    """The Mamba-3 mixer of a run's size preset (``layer`` unused): p = size.head_dim,
+    h = size.expand * size.d_model // p, n = d_state, chunk = size.chunk."""
+    return Mamba3Mixer(
+        size.d_model,
+        d_state=d_state,
+        expand=size.expand,
+        head_dim=size.head_dim,
+        chunk_size=size.chunk,
+    )

@@ -1,0 +1,91 @@
+"""The Mamba-3 SISO operator against the float64 reference: every chunk size, mamba3_step()
+token by token, y and all four parts of the state, from a random initial state; and the
+lam = 1, theta = 0 limit against Mamba-2's SSD reference."""
+
+from __future__ import annotations
+
+import torch
+
+from ssmbench import ops
+from ssmbench.numerics import compare, to_numpy
+from ssmbench.reference import ssd as reference_ssd
+from ssmbench.reference.mamba3 import Mamba3State
+from ssmbench.reference.mamba3 import mamba3 as reference_mamba3
+from ssmbench.verify import Inputs
+
+# (b, t, h, g, p, n, r): lengths that are no chunk multiple; p = 7, n = 5 (odd: the last
+# state channel is not rotated) and r < n / 2 (a partial rotation) are awkward on purpose
+MAMBA3_SHAPES = ((2, 37, 4, 2, 8, 6, 3), (2, 70, 3, 1, 7, 5, 1))
+MAMBA3_CHUNK_SIZES = (16, 64)
+
+
+def _inputs(inputs: Inputs, b: int, t: int, h: int, g: int, p: int, n: int, r: int):
+    """(x, dt, A, B, C, theta, lam), D and a random initial state."""
+    args = (
+        inputs.randn(b, t, h, p),
+        inputs.rand(b, t, h, low=0.05, high=0.5),  # dt
+        -inputs.rand(h, low=0.5, high=2.0),  # A
+        inputs.randn(b, t, g, n),
+        inputs.randn(b, t, g, n),
+        inputs.randn(b, t, h, r),  # theta
+        inputs.rand(b, t, h, low=0.0, high=1.0),  # lam
+    )
+    state = Mamba3State(
+        inputs.randn(b, h, p, n),
+        inputs.randn(b, h, r),
+        inputs.randn(b, h, n),
+        inputs.randn(b, h, p),
+    )
+    return args, inputs.randn(h), state
+
+
+def _compare_state(name: str, ref: Mamba3State, out: Mamba3State, dtype: str) -> list:
+    return [
+        compare(f"{name}.{field}", ref_part, out_part, dtype)
+        for field, ref_part, out_part in zip(Mamba3State._fields, ref, out, strict=True)
+    ]
+
+
+def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
+    checks, shapes = [], []
+    chunk_sizes = MAMBA3_CHUNK_SIZES if backend == "torch" else (None,)
+    for b, t, h, g, p, n, r in MAMBA3_SHAPES:
+        args, D, h0 = _inputs(inputs, b, t, h, g, p, n, r)
+        ref_y, ref_state = reference_mamba3(
+            *map(to_numpy, args), D=to_numpy(D), initial_state=tuple(map(to_numpy, h0))
+        )
+        size = {"b": b, "t": t, "h": h, "g": g, "p": p, "n": n, "r": r}
+        label = f"b{b}-t{t}-h{h}-g{g}-p{p}-n{n}-r{r}"
+
+        for chunk_size in chunk_sizes:
+            name = f"mamba3.{{}}[{label}" + (f"-c{chunk_size}]" if chunk_size else "]")
+            shapes.append({"op": "mamba3", **size, "chunk_size": chunk_size})
+            y, state = ops.mamba3(
+                *args, D=D, chunk_size=chunk_size or 64, initial_state=h0, backend=backend
+            )
+            checks.append(compare(name.format("y"), ref_y, y, dtype))
+            checks += _compare_state(name.format("final_state"), ref_state, state, dtype)
+
+        x, dt, A, B, C, theta, lam = args
+        state, ys = h0, []
+        for i in range(t):
+            token = (x[:, i], dt[:, i], A, B[:, i], C[:, i], theta[:, i], lam[:, i])
+            y_t, state = ops.mamba3_step(*token, D=D, state=state, backend=backend)
+            ys.append(y_t)
+        shapes.append({"op": "mamba3_step", **size})
+        name = f"mamba3_step.{{}}[{label}]"
+        checks.append(compare(name.format("y"), ref_y, torch.stack(ys, 1), dtype))
+        checks += _compare_state(name.format("final_state"), ref_state, state, dtype)
+
+        # lam = 1, theta = 0: exponential Euler, no rotation, i.e. Mamba-2's SSD
+        ssd_y, ssd_state = reference_ssd(
+            *map(to_numpy, (x, dt, A, B, C)), D=to_numpy(D), initial_state=to_numpy(h0.ssm)
+        )
+        no_rotation, euler = torch.zeros_like(theta), torch.ones_like(lam)
+        y, state = ops.mamba3(
+            x, dt, A, B, C, no_rotation, euler, D=D, initial_state=h0.ssm, backend=backend
+        )
+        shapes.append({"op": "mamba3_as_ssd", **size})
+        checks.append(compare(f"mamba3_as_ssd.y[{label}]", ssd_y, y, dtype))
+        checks.append(compare(f"mamba3_as_ssd.final_state[{label}]", ssd_state, state.ssm, dtype))
+    return checks, shapes

@@ -1,0 +1,286 @@
+"""Mamba-3 SISO: reference == naive == torch == step, y and every part of the state;
+lam = 1, theta = 0 == Mamba-2's SSD; gradients; errors; the mixer's cache.
+
+fp32 unless a test says otherwise; every comparison goes through
+:func:`ssmbench.numerics.assert_close`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ssmbench import ops
+from ssmbench.config import Size
+from ssmbench.models import BACKENDS, build_model
+from ssmbench.models.mamba3 import Mamba3State, build_mixer
+from ssmbench.numerics import assert_close, to_numpy
+from ssmbench.reference import ssd as reference_ssd
+from ssmbench.reference.mamba3 import mamba3 as reference_mamba3
+
+# (b, t, h, g, p, n, r): T = 1, lengths that no chunk size below divides, odd head dims,
+# odd n (its last channel is not rotated), partial (r < n/2) and full (r = n/2) rotation
+SHAPES = [
+    (1, 1, 1, 1, 4, 2, 1),
+    (2, 63, 3, 1, 17, 6, 3),
+    (2, 70, 4, 2, 7, 5, 1),
+    (1, 130, 2, 2, 8, 16, 8),
+]
+CHUNK_SIZES = [1, 7, 16, 64]
+SMALL_SIZE = Size(d_model=40, n_layers=2, n_heads=3, head_dim=16, expand=2, d_conv=4, chunk=16)
+
+
+def shape_id(shape: tuple[int, ...]) -> str:
+    return "B{}-T{}-H{}-G{}-P{}-N{}-R{}".format(*shape)
+
+
+def make_inputs(shape, seed=0, dtype=torch.float32, decay_scale=1.0):
+    """(x, dt, A, B, C, theta, lam), D and a random initial :class:`Mamba3State`."""
+    b, t, h, g, p, n, r = shape
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*size):
+        return torch.randn(*size, generator=gen, dtype=dtype)
+
+    def rand(*size, low=0.0, high=1.0):
+        return low + (high - low) * torch.rand(*size, generator=gen, dtype=dtype)
+
+    args = (
+        randn(b, t, h, p),
+        rand(b, t, h, low=0.05, high=0.6),  # dt
+        -rand(h, low=0.5, high=2.0) * decay_scale,  # A
+        randn(b, t, g, n),
+        randn(b, t, g, n),
+        randn(b, t, h, r),  # theta
+        rand(b, t, h),  # lam
+    )
+    state = Mamba3State(randn(b, h, p, n), randn(b, h, r), randn(b, h, n), randn(b, h, p))
+    return args, randn(h), state
+
+
+def run_reference(args, D, state):
+    numpy_state = None if state is None else tuple(map(to_numpy, state))
+    return reference_mamba3(*map(to_numpy, args), D=to_numpy(D), initial_state=numpy_state)
+
+
+def assert_state_close(ref, out, dtype="fp32"):
+    assert isinstance(out, Mamba3State)
+    for field, ref_part, out_part in zip(Mamba3State._fields, ref, out, strict=True):
+        assert_close(f"final_state.{field}", ref_part, out_part, dtype)
+
+
+def run_steps(args, D, state):
+    x, dt, A, B, C, theta, lam = args
+    ys = []
+    for i in range(x.shape[1]):
+        token = (x[:, i], dt[:, i], A, B[:, i], C[:, i], theta[:, i], lam[:, i])
+        y_t, state = ops.mamba3_step(*token, D=D, state=state)
+        ys.append(y_t)
+    return torch.stack(ys, dim=1), state
+
+
+# the operator against the float64 reference
+
+
+@pytest.mark.parametrize("h0", [True, False], ids=["h0", "zero-state"])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_mamba3_matches_reference(shape, backend, h0):
+    args, D, state = make_inputs(shape)
+    state = state if h0 else None
+    ref_y, ref_state = run_reference(args, D, state)
+    y, final = ops.mamba3(*args, D=D, initial_state=state, backend=backend, chunk_size=16)
+    assert_close("y", ref_y, y, "fp32")
+    assert_state_close(ref_state, final)
+
+
+@pytest.mark.parametrize("chunk_size", CHUNK_SIZES, ids=lambda c: f"C{c}")
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_mamba3_torch_chunk_sizes(shape, chunk_size):
+    args, D, state = make_inputs(shape, seed=1)
+    ref_y, ref_state = run_reference(args, D, state)
+    y, final = ops.mamba3(*args, D=D, initial_state=state, backend="torch", chunk_size=chunk_size)
+    assert_close("y", ref_y, y, "fp32")
+    assert_state_close(ref_state, final)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_mamba3_step_matches_reference(shape):
+    args, D, state = make_inputs(shape, seed=2)
+    ref_y, ref_state = run_reference(args, D, state)
+    y, final = run_steps(args, D, state)
+    assert_close("y", ref_y, y, "fp32")
+    assert_state_close(ref_state, final)
+
+
+@pytest.mark.parametrize("split", [1, 17, 40], ids=lambda s: f"split{s}")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mamba3_state_continues_the_sequence(backend, split):
+    """Two calls, the second from the first's final state, == one call over both parts:
+    the state carries the trapezoid's previous token and the phase."""
+    args, D, state = make_inputs((2, 70, 4, 2, 7, 5, 1), seed=3)
+    y, final = ops.mamba3(*args, D=D, initial_state=state, backend=backend, chunk_size=16)
+    head = [v if v.dim() == 1 else v[:, :split] for v in args]
+    tail = [v if v.dim() == 1 else v[:, split:] for v in args]
+    y_head, middle = ops.mamba3(*head, D=D, initial_state=state, backend=backend, chunk_size=16)
+    y_tail, end = ops.mamba3(*tail, D=D, initial_state=middle, backend=backend, chunk_size=16)
+    assert_close("y", y, torch.cat([y_head, y_tail], dim=1), "fp32")
+    assert_state_close(final, end)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mamba3_is_causal(backend):
+    """New values from token k on leave y before k alone (the trapezoid's shifted term
+    reaches token k - 1 only through lam_k and dt_k, which must cancel there)."""
+    args, D, state = make_inputs((2, 70, 4, 2, 7, 5, 1), seed=11)
+    changed, _, _ = make_inputs((2, 70, 4, 2, 7, 5, 1), seed=12)
+    k = 29
+    mixed = [
+        v if v.dim() == 1 else torch.cat([v[:, :k], w[:, k:]], dim=1)
+        for v, w in zip(args, changed, strict=True)
+    ]
+    y, _ = ops.mamba3(*args, D=D, initial_state=state, backend=backend, chunk_size=16)
+    y_mixed, _ = ops.mamba3(*mixed, D=D, initial_state=state, backend=backend, chunk_size=16)
+    assert_close("y[:k]", y[:, :k], y_mixed[:, :k], "fp32")
+    assert not torch.allclose(y[:, k:], y_mixed[:, k:])
+
+
+def test_mamba3_strong_decay_stays_finite():
+    """Decays far below float32's range (floored at e^-60) leave the results exact."""
+    args, D, state = make_inputs((1, 300, 3, 1, 8, 6, 3), seed=4, decay_scale=200.0)
+    ref_y, ref_state = run_reference(args, D, state)
+    for backend in BACKENDS:
+        y, final = ops.mamba3(*args, D=D, initial_state=state, backend=backend, chunk_size=64)
+        assert_close("y", ref_y, y, "fp32")
+        assert_state_close(ref_state, final)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mamba3_half_inputs(backend):
+    """bf16 in: the recurrence runs in float32, y comes back in bf16, the state in float32."""
+    args, D, state = make_inputs((2, 37, 3, 1, 8, 6, 3), seed=5)
+    args, D = [v.bfloat16() for v in args], D.bfloat16()
+    ref_y, ref_state = run_reference(args, D, state)
+    y, final = ops.mamba3(*args, D=D, initial_state=state, backend=backend, chunk_size=16)
+    assert y.dtype == torch.bfloat16
+    assert all(part.dtype == torch.float32 for part in final)
+    assert_close("y", ref_y, y, "bf16")
+    assert_state_close(ref_state, final, "bf16")
+
+
+# lam = 1, theta = 0 is Mamba-2's SSD
+
+
+def ssd_limit(shape, seed, dtype):
+    """Mamba-3 inputs with lam = 1 and theta = 0, and the SSD reference's (y, state)."""
+    (x, dt, A, B, C, theta, lam), D, state = make_inputs(shape, seed=seed, dtype=dtype)
+    args = (x, dt, A, B, C, torch.zeros_like(theta), torch.ones_like(lam))
+    expected = reference_ssd(
+        *map(to_numpy, (x, dt, A, B, C)), D=to_numpy(D), initial_state=to_numpy(state.ssm)
+    )
+    return args, D, state.ssm, expected
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_reference_reduces_to_ssd(shape):
+    args, D, h0, (ssd_y, ssd_state) = ssd_limit(shape, seed=6, dtype=torch.float64)
+    y, state = reference_mamba3(*map(to_numpy, args), D=to_numpy(D), initial_state=to_numpy(h0))
+    assert_close("y", ssd_y, y, "fp64")
+    assert_close("final_state", ssd_state, state.ssm, "fp64")
+
+
+@pytest.mark.parametrize("dtype", ["fp64", "fp32"])
+@pytest.mark.parametrize("form", [*BACKENDS, "step"])
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_torch_forms_reduce_to_ssd(shape, form, dtype):
+    torch_dtype = torch.float64 if dtype == "fp64" else torch.float32
+    args, D, h0, (ssd_y, ssd_state) = ssd_limit(shape, seed=7, dtype=torch_dtype)
+    if form == "step":
+        y, state = run_steps(args, D, h0)
+    else:
+        y, state = ops.mamba3(*args, D=D, initial_state=h0, backend=form, chunk_size=16)
+    assert_close("y", ssd_y, y, dtype)
+    assert_close("final_state", ssd_state, state.ssm, dtype)
+
+
+# gradients
+
+
+@pytest.mark.parametrize("shape", [(2, 37, 4, 2, 5, 6, 2), (1, 1, 2, 1, 3, 4, 2)], ids=shape_id)
+def test_mamba3_torch_gradients_match_naive(shape):
+    """fp64: autograd through the chunked form == autograd through the loop, for random
+    upstream gradients on y and on every part of the final state."""
+    args, D, state = make_inputs(shape, seed=8, dtype=torch.float64)
+    leaves = [*args, D, *state]
+    names = ["x", "dt", "A", "B", "C", "theta", "lam", "D", *Mamba3State._fields]
+    gen = torch.Generator().manual_seed(9)
+    upstream = [torch.randn(args[0].shape, generator=gen, dtype=torch.float64)]
+    upstream += [torch.randn(part.shape, generator=gen, dtype=torch.float64) for part in state]
+
+    grads = {}
+    for backend in BACKENDS:
+        for leaf in leaves:
+            leaf.requires_grad_(True)
+            leaf.grad = None
+        y, final = ops.mamba3(
+            *args, D=D, initial_state=Mamba3State(*state), backend=backend, chunk_size=8
+        )
+        torch.autograd.backward([y, *final], upstream)
+        grads[backend] = [leaf.grad.clone() for leaf in leaves]
+    for name, ref, out in zip(names, grads["naive"], grads["torch"], strict=True):
+        assert_close(f"grad_{name}", ref, out, "fp64")
+
+
+# errors
+
+
+def test_mamba3_bad_shapes_raise():
+    args, D, state = make_inputs((1, 5, 4, 2, 3, 6, 3))
+    x, dt, A, B, C, theta, lam = args
+    three_groups = B[:, :, :1].expand(1, 5, 3, 6)
+    bad = {
+        "not divisible": (x, dt, A, three_groups, three_groups),
+        "theta must be": (x, dt, A, B, C, torch.zeros(1, 5, 4, 4)),  # 2 r > n
+        "dt .* must be": (x, dt[:, :4], A, B, C),
+        "A and D must be": (x, dt, A[:3], B, C),
+    }
+    for backend in BACKENDS:
+        for message, broken in bad.items():
+            with pytest.raises(ValueError, match=message):
+                ops.mamba3(*broken, *args[len(broken) :], backend=backend)
+        with pytest.raises(ValueError, match="state.phase"):
+            ops.mamba3(*args, initial_state=state._replace(phase=state.phase[..., :2]))
+    with pytest.raises(ValueError, match="x must be"):
+        ops.mamba3_step(x, dt[:, 0], A, B[:, 0], C[:, 0], theta[:, 0], lam[:, 0])
+
+
+def test_mamba3_unknown_backend_raises():
+    args, D, _ = make_inputs((1, 3, 2, 1, 3, 4, 2))
+    with pytest.raises(ValueError, match="'fused'.*naive"):
+        ops.mamba3(*args, D=D, backend="fused")
+    with pytest.raises(ValueError, match="'fused'"):
+        build_model("mamba3", SMALL_SIZE, d_state=4, backend="fused")
+
+
+# the mixer
+
+
+def test_mamba3_mixer_shapes_and_cache():
+    """The cpu preset's block: h = 512 // 64 = 8 heads of p = 64, n = 16, r = n/4 = 4
+    angles; the cache is the op's state, and prefill + step continue it."""
+    size = Size(d_model=256, n_layers=1, n_heads=4, head_dim=64, expand=2, d_conv=4, chunk=64)
+    mixer = build_mixer(size, d_state=16, layer=0)
+    assert (mixer.nheads, mixer.head_dim, mixer.d_state, mixer.n_angles) == (8, 64, 16, 4)
+    assert mixer.in_proj.weight.shape == (2 * 512 + 2 * 16 + 2 * 8 + 4, 256)
+    assert mixer.out_proj.weight.shape == (256, 512)
+    assert not any(isinstance(m, torch.nn.Conv1d) for m in mixer.modules())
+    u = torch.randn(2, 9, 256, generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        y, cache = mixer(u, "torch")
+        y_last, stepped = mixer.step(u[:, -1], mixer(u[:, :-1], "torch")[1], "torch")
+    assert y.shape == (2, 9, 256)
+    assert isinstance(cache, Mamba3State)
+    shapes = [tuple(part.shape) for part in cache]
+    assert shapes == [(2, 8, 64, 16), (2, 8, 4), (2, 8, 16), (2, 8, 64)]  # ssm, phase, B, x
+    assert_close("y_last", y[:, -1], y_last, "fp32")
+    assert_state_close(cache, stepped)
