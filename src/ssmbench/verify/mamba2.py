@@ -1,0 +1,51 @@
+"""Mamba-2's SSD against the float64 reference: every chunk size (lengths that no chunk
+divides, several chunks), and ssd_step() token by token, with D, groups of B and C
+shared by several heads, and a random initial state."""
+
+from __future__ import annotations
+
+import torch
+
+from ssmbench import ops, reference
+from ssmbench.numerics import compare, to_numpy
+from ssmbench.verify import Inputs
+
+# (b, t, h, p, g, n): t = 37 and 70 are not multiples of 16 or 64; p = 17 and n = 5 are
+# odd; the first shape has two heads per group
+SSD_SHAPES = ((2, 37, 4, 12, 2, 5), (2, 70, 3, 17, 1, 16))
+SSD_CHUNK_SIZES = (16, 64)
+
+
+def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
+    checks, shapes = [], []
+    chunk_sizes = SSD_CHUNK_SIZES if backend == "torch" else (None,)
+    for b, t, h, p, g, n in SSD_SHAPES:
+        x = inputs.randn(b, t, h, p)
+        dt = inputs.rand(b, t, h, low=0.01, high=1.0)
+        A = -inputs.rand(h, low=0.5, high=2.0)
+        B, C = inputs.randn(b, t, g, n), inputs.randn(b, t, g, n)
+        D, h0 = inputs.randn(h), inputs.randn(b, h, p, n)
+        ref_y, ref_h = reference.ssd(
+            *(to_numpy(v) for v in (x, dt, A, B, C, D)), initial_state=to_numpy(h0)
+        )
+
+        shape = {"op": "ssd", "b": b, "t": t, "h": h, "p": p, "g": g, "n": n}
+        for chunk_size in chunk_sizes:
+            label = f"b{b}-t{t}-h{h}-p{p}-g{g}-n{n}" + (f"-c{chunk_size}" if chunk_size else "")
+            shapes.append({**shape, "chunk_size": chunk_size})
+            y, state = ops.ssd(
+                x, dt, A, B, C, D, chunk_size=chunk_size or 64, initial_state=h0, backend=backend
+            )
+            checks.append(compare(f"ssd.y[{label}]", ref_y, y, dtype))
+            checks.append(compare(f"ssd.final_state[{label}]", ref_h, state, dtype))
+
+        label = f"b{b}-t{t}-h{h}-p{p}-g{g}-n{n}"
+        state, ys = h0, []
+        for i in range(t):
+            y_t, state = ops.ssd_step(
+                x[:, i], dt[:, i], A, B[:, i], C[:, i], D, state=state, backend=backend
+            )
+            ys.append(y_t)
+        checks.append(compare(f"ssd_step.y[{label}]", ref_y, torch.stack(ys, 1), dtype))
+        checks.append(compare(f"ssd_step.final_state[{label}]", ref_h, state, dtype))
+    return checks, shapes
