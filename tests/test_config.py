@@ -26,8 +26,9 @@ def test_default_config_plans_cpu_without_gpu():
     plan = sbconfig.plan(cfg(), cuda=False)
     assert plan.preset == "cpu" and plan.run == "cpu" and plan.device == "cpu"
     assert {c.seq_len for c in plan.cells} == {256, 512, 1024, 2048, 4096}
-    assert set(plan.pairs) == {(m, b) for m in ("attention", "mamba") for b in ("naive", "torch")}
-    assert len(plan.cells) == 20
+    families = ("attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid")
+    assert set(plan.pairs) == {(m, b) for m in families for b in ("naive", "torch")}
+    assert len(plan.cells) == 7 * 2 * 5
 
 
 def test_auto_picks_gpu_when_cuda_and_run_override():
@@ -38,7 +39,7 @@ def test_auto_picks_gpu_when_cuda_and_run_override():
 def test_attention_cells_use_the_n0_placeholder():
     plan = sbconfig.plan(cfg(preset="ci"))
     assert {c.d_state for c in plan.cells if c.model == "attention"} == {0}
-    assert {c.d_state for c in plan.cells if c.model == "mamba"} == {4}
+    assert {c.d_state for c in plan.cells if c.model != "attention"} == {4}
 
 
 def _bad_unknown_preset():

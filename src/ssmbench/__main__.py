@@ -18,6 +18,9 @@ from ssmbench import config as sbconfig
 from ssmbench.cell import CellSpec, run_cell, run_verify
 from ssmbench.records import write_record
 
+# The same names as ssmbench.models.FAMILIES, without importing torch for --help.
+FAMILIES = ["attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid"]
+
 
 def _preset(name: str) -> dict:
     presets = sbconfig.load()["presets"]
@@ -31,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p):
-        p.add_argument("--model", required=True, choices=["attention", "mamba"])
+        p.add_argument("--model", required=True, choices=FAMILIES)
         p.add_argument("--backend", required=True, choices=["naive", "torch"])
         p.add_argument("--preset", default="cpu", help="size, timing and device (default: cpu)")
         p.add_argument("--device", choices=["cpu", "cuda"], help="default: the preset's")

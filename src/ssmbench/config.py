@@ -45,6 +45,8 @@ class Size:
     expand: int  # Mamba block expansion factor (the paper's E, 2 in all its models)
     d_conv: int  # Mamba causal depthwise conv width (4 in the paper)
     chunk: int  # chunk size of the chunked / parallel forms
+    # The hybrid's layers, cycled over n_layers: M = Mamba-2, A = attention (Jamba: MMMAMMMM)
+    hybrid_pattern: str = "MA"
 
     @property
     def d_inner(self) -> int:

@@ -12,14 +12,27 @@ Conventions (stated once, used everywhere):
   ``exp(delta A)`` and ``delta B u`` (3), the state update ``h = dA h + dBu`` (2), the readout
   ``C h`` (2), and 2 for the exponential and the sum; plus ``b T E`` each for the ``D u`` skip
   and the ``z`` gate.
+* The recurrent families (S4D, Mamba-2, Mamba-3, the delta rule) are counted by their
+  recurrent form, the least arithmetic that produces the output; the chunked and FFT forms
+  execute more (intra-chunk quadratic terms) or differently (FFTs), and
+  ``scripts/bench_ratios.py`` reports those executed counts separately (``*_op_flop``).
+  Per token and head (p head dim, n state size, k/v key and value dims):
+  Mamba-2 SSD ``5 p n + 3 p``: dt x (p), its outer product with B (p n), the decay
+  times h (p n), their sum (p n), the readout C h (2 p n) and the D skip (2 p);
+  Mamba-3 ``7 p n + 4 p + 14 r`` for r rotated pairs (the same plus the trapezoid's second
+  outer product and its weights, the phase update and two complex rotations);
+  the gated delta rule ``9 k v + k``: k^T S (2 k v), beta k (k), the rank-1 correction
+  (2 k v), the decay (k v), the rank-1 write beta k v^T (2 k v) and the readout S^T q
+  (2 k v);
+  S4D ``18 n + 2`` per channel for n complex modes: dB u (2), the complex update
+  dA h + dB u (8) and the complex readout 2 Re(C h) (8) per mode, and D u (2).
 * Minimum bytes move each input once and each output once and nothing else (a perfectly
   fused kernel with on-chip intermediates): the weights, the input ``x (b, T, D)``, the
   output ``y (b, T, D)`` and the state or KV cache the prefill returns.
 
-Sizes follow the blocks in ``ssmbench.models``: attention has fused QKV and an output
-projection; the Mamba block has in_proj, a depthwise causal conv, x_proj, dt_proj, the scan
-and out_proj (Gu & Dao 2023, arXiv 2312.00752, figure 3).  Both stack ``n_layers`` residual
-blocks with an RMSNorm each and a final RMSNorm.
+Sizes follow the blocks in ``ssmbench.models`` (each module's docstring draws its block):
+every model stacks ``n_layers`` residual blocks with an RMSNorm each and a final RMSNorm;
+the hybrid's layers are Mamba-2 or attention by ``Size.hybrid_pattern``.
 """
 
 from __future__ import annotations
@@ -49,65 +62,175 @@ def dt_rank(size: Size) -> int:
     return math.ceil(size.d_model / 16)
 
 
+def rotation_pairs(d_state: int) -> int:
+    """State pairs Mamba-3 rotates: n/4 (mamba_ssm's rope_fraction 0.5), at least one."""
+    return min(d_state // 2, max(1, d_state // 4))
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One residual block: its parameters (its RMSNorm included), the cache it returns
+    (elements, complex counted as two), and its forward FLOPs term by term."""
+
+    params: int
+    cache: int
+    terms: dict
+
+
+def layer(model: str, size: Size, d_state: int, index: int, batch: int, seq_len: int) -> Layer:
+    """Counts of block ``index`` of ``model`` over ``batch x seq_len`` tokens."""
+    bT, D, N = batch * seq_len, size.d_model, d_state
+    E, k = size.expand * D, size.d_conv
+    if model == "hybrid":
+        model = "attention" if layer_kind(size, index) == "A" else "mamba2"
+    if model == "attention":
+        h, d = size.n_heads, size.head_dim
+        return Layer(
+            params=D + 3 * D * h * d + h * d * D,
+            cache=2 * bT * h * d,
+            terms={
+                "proj": 2 * bT * D * 3 * h * d + 2 * bT * h * d * D,
+                "attention": 4 * batch * h * seq_len * seq_len * d / 2,  # causal: half
+            },
+        )
+    if model == "mamba":
+        R = dt_rank(size)
+        return Layer(
+            params=D + D * 2 * E + E * k + E + E * (R + 2 * N) + R * E + E + E * N + E + E * D,
+            cache=batch * E * (N + k),  # ssm state + mamba_ssm's d_conv-wide conv window
+            terms={
+                "proj": 2 * bT * (D * 2 * E + E * (R + 2 * N) + R * E + E * D),
+                "conv": 2 * bT * E * k,
+                "scan": 9 * bT * E * N + 2 * bT * E,  # + D skip and z gate
+            },
+        )
+    if model == "s4d":
+        n = N // 2  # complex modes
+        return Layer(
+            params=D + D + 2 * D * n + 2 * D * n + D + 2 * D * D + 2 * D,
+            cache=batch * D * 2 * n,
+            terms={"proj": 2 * bT * D * 2 * D, "scan": bT * D * (18 * n + 2)},
+        )
+    if model == "mamba2":
+        P = size.head_dim
+        H, G = E // P, 1
+        conv_dim = E + 2 * G * N
+        return Layer(
+            params=D + D * (E + conv_dim + H) + conv_dim * k + conv_dim + 3 * H + E + E * D,
+            cache=batch * (conv_dim * k + H * P * N),
+            terms={
+                "proj": 2 * bT * (D * (E + conv_dim + H) + E * D),
+                "conv": 2 * bT * conv_dim * k,
+                "scan": bT * H * (5 * P * N + 3 * P),
+            },
+        )
+    if model == "mamba3":
+        P = size.head_dim
+        H = E // P
+        r = rotation_pairs(N)
+        return Layer(
+            params=D + D * (2 * H * P + 2 * N + 2 * H + r) + 2 * N + 2 * H * N + 3 * H + H * P * D,
+            cache=batch * H * (P * N + r + N + P),  # ssm, phase, last B and x
+            terms={
+                "proj": 2 * bT * (D * (2 * H * P + 2 * N + 2 * H + r) + H * P * D),
+                "scan": bT * H * (7 * P * N + 4 * P + 14 * r),
+            },
+        )
+    if model == "deltanet":
+        h, dk = size.n_heads, size.head_dim
+        inner = h * dk
+        return Layer(
+            params=D + 3 * D * inner + 3 * inner * k + 2 * D * h + 2 * h + dk + inner * D,
+            cache=batch * (3 * inner * k + h * dk * dk),
+            terms={
+                "proj": 2 * bT * (3 * D * inner + 2 * D * h + inner * D),
+                "conv": 3 * 2 * bT * inner * k,
+                "scan": bT * h * (9 * dk * dk + dk),
+            },
+        )
+    raise ValueError(f"no counts for model {model!r}")
+
+
+def layer_kind(size: Size, index: int) -> str:
+    """``M`` or ``A``: layer ``index`` of the hybrid (``Size.hybrid_pattern``, cycled)."""
+    return size.hybrid_pattern[index % len(size.hybrid_pattern)]
+
+
+def _layers(model: str, size: Size, d_state: int, batch: int, seq_len: int) -> list[Layer]:
+    return [layer(model, size, d_state, i, batch, seq_len) for i in range(size.n_layers)]
+
+
 def n_params(model: str, size: Size, d_state: int) -> int:
     """Parameters of the residual stack (blocks, their norms and the final norm)."""
-    D, L = size.d_model, size.n_layers
-    if model == "attention":
-        inner = size.n_heads * size.head_dim
-        per_layer = D + 3 * D * inner + inner * D
-    elif model == "mamba":
-        E, N, R, k = size.expand * D, d_state, dt_rank(size), size.d_conv
-        per_layer = (
-            D  # norm
-            + D * 2 * E  # in_proj (x and z)
-            + E * k
-            + E  # depthwise conv weight and bias
-            + E * (R + 2 * N)  # x_proj -> (delta, B, C)
-            + R * E
-            + E  # dt_proj weight and bias
-            + E * N
-            + E  # A_log and D
-            + E * D  # out_proj
-        )
-    else:
-        raise ValueError(f"no counts for model {model!r}")
-    return L * per_layer + D
+    return sum(x.params for x in _layers(model, size, d_state, 1, 1)) + size.d_model
 
 
 def cache_elements(model: str, size: Size, batch: int, seq_len: int, d_state: int) -> int:
-    """Elements of the state (SSM) or KV cache (attention) that a prefill returns."""
-    if model == "attention":
-        return size.n_layers * 2 * batch * seq_len * size.n_heads * size.head_dim
-    if model == "mamba":
-        E = size.expand * size.d_model
-        # ssm state (b, E, N) + conv state (b, E, d_conv): mamba_ssm's decode layout keeps
-        # d_conv inputs (one more than the d_conv - 1 a convolution strictly needs).
-        return size.n_layers * batch * E * (d_state + size.d_conv)
-    raise ValueError(f"no counts for model {model!r}")
+    """Elements of the states (SSM) or KV caches (attention) a prefill returns."""
+    return sum(x.cache for x in _layers(model, size, d_state, batch, seq_len))
 
 
 def prefill_terms(model: str, size: Size, batch: int, seq_len: int, d_state: int) -> dict:
-    """FLOPs of a forward pass over ``seq_len`` tokens, term by term (module docstring)."""
-    b, T, D, L = batch, seq_len, size.d_model, size.n_layers
-    if model == "attention":
-        h, d = size.n_heads, size.head_dim
-        return {
-            "proj": L * (2 * b * T * D * 3 * h * d + 2 * b * T * h * d * D),
-            "attention": L * 4 * b * h * T * T * d / 2,  # causal: half of QK^T + PV
-        }
-    if model == "mamba":
-        E, N, R, k = size.expand * D, d_state, dt_rank(size), size.d_conv
-        return {
-            "proj": L * 2 * b * T * (D * 2 * E + E * (R + 2 * N) + R * E + E * D),
-            "conv": L * 2 * b * T * E * k,
-            "scan": L * (9 * b * T * E * N + 2 * b * T * E),  # + D skip and z gate
-        }
-    raise ValueError(f"no counts for model {model!r}")
+    """FLOPs of a forward pass over ``seq_len`` tokens, term by term, summed over layers."""
+    terms: dict[str, float] = {}
+    for x in _layers(model, size, d_state, batch, seq_len):
+        for name, value in x.terms.items():
+            terms[name] = terms.get(name, 0) + value
+    return terms
 
 
 def prefill_flop(model: str, size: Size, batch: int, seq_len: int, d_state: int) -> float:
     """FLOPs of a forward pass over ``seq_len`` tokens: the sum of :func:`prefill_terms`."""
     return float(sum(prefill_terms(model, size, batch, seq_len, d_state).values()))
+
+
+# Operators alone, as executed by their `torch` forms (scripts/bench_ratios.py).
+
+
+def attention_op_flop(b: int, t: int, h: int, d: int, causal: bool = True) -> float:
+    """QK^T and PV, ``4 b h t^2 d``, halved when causal (FlashAttention's convention)."""
+    return 4 * b * h * t * t * d / (2 if causal else 1)
+
+
+def selective_scan_op_flop(b: int, t: int, d: int, n: int) -> float:
+    """The 9 b t d n selective-scan convention plus D skip and z gate (module docstring)."""
+    return 9 * b * t * d * n + 2 * b * t * d
+
+
+def s4d_op_flop(b: int, t: int, h: int, n: int) -> float:
+    """The recurrent count ``b t h (18 n + 2)`` (the FFT form's work differs; see docstring)."""
+    return b * t * h * (18 * n + 2)
+
+
+def ssd_op_flop(b: int, t: int, h: int, p: int, n: int, g: int, chunk: int) -> float:
+    """Executed FLOPs of chunked SSD (Dao & Gu 2024, section 6) with chunk length Q and
+    c = ceil(t / Q) chunks: C B^T per group and chunk (2 Q^2 n), its masked product with X
+    per head (2 Q^2 p), the chunk states B^T X (2 Q p n) and the state readout C h
+    (2 Q p n) per head and chunk, and the inter-chunk pass over chunk states as one
+    (c+1) x (c+1) decay matmul per head (2 (c+1)^2 p n)."""
+    c = -(-t // chunk)
+    per_chunk = 2 * g * chunk * chunk * n + h * (2 * chunk * chunk * p + 4 * chunk * p * n)
+    return b * (c * per_chunk + h * 2 * (c + 1) ** 2 * p * n)
+
+
+def mamba3_op_flop(b: int, t: int, h: int, p: int, n: int, g: int, chunk: int) -> float:
+    """Chunked Mamba-3 executes one SSD (the trapezoid folded into per-token weights), with
+    C B^T per head because the rotations are per head: :func:`ssd_op_flop` with g = h."""
+    return ssd_op_flop(b, t, h, p, n, h, chunk)
+
+
+def delta_rule_op_flop(b: int, t: int, h: int, dk: int, dv: int, chunk: int) -> float:
+    """Executed FLOPs of the chunked (WY / UT) delta rule per chunk of length C and head
+    (DeltaNet paper, section 3): K K^T (2 C^2 dk), the triangular solve for T (C^3 / 3 * 2),
+    W = T K and U = T V (2 C^2 (dk + dv)), W S (2 C dk dv), Q K^T (2 C^2 dk), its product
+    with U (2 C^2 dv), Q S (2 C dk dv) and the state update K^T U (2 C dk dv)."""
+    c = -(-t // chunk)
+    C = chunk
+    per_chunk = (
+        2 * C * C * dk + 2 * C**3 / 3 + 2 * C * C * (dk + dv) + 2 * C * C * (dk + dv)
+        + 6 * C * dk * dv
+    )  # fmt: skip
+    return b * h * c * per_chunk
 
 
 def counts(

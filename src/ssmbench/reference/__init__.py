@@ -11,7 +11,10 @@ No torch here: the references must run where only NumPy is installed.
 from __future__ import annotations
 
 from ssmbench.reference.attention import attention
+from ssmbench.reference.deltanet import delta_rule
 from ssmbench.reference.mamba import selective_scan
 from ssmbench.reference.mamba2 import ssd
+from ssmbench.reference.mamba3 import mamba3
+from ssmbench.reference.s4d import s4d
 
-__all__ = ["attention", "selective_scan", "ssd"]
+__all__ = ["attention", "delta_rule", "mamba3", "s4d", "selective_scan", "ssd"]

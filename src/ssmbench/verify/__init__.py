@@ -26,7 +26,7 @@ from ssmbench.models import DTYPES, build_model
 from ssmbench.numerics import compare
 
 # the block check: a two-layer model of awkward width, decoded for BLOCK_T tokens
-BLOCK_SIZE = Size(d_model=40, n_layers=2, n_heads=3, head_dim=12, expand=2, d_conv=4, chunk=16)
+BLOCK_SIZE = Size(d_model=40, n_layers=2, n_heads=3, head_dim=16, expand=2, d_conv=4, chunk=16)
 BLOCK_D_STATE = 5
 BLOCK_T = 37
 

@@ -1,0 +1,144 @@
+"""How much faster the vectorized `torch` backend is than the `naive` loop, per family,
+and how much of the machine's matmul rate each `torch` operator reaches; one run.
+
+    python scripts/bench_ratios.py [--seq-len 4096] [--samples 5] [--threads 2]
+
+Operators at T = --seq-len, batch 1, fp32, with the shapes of the `cpu` preset's block
+(d_model 256, expand 2, 4 heads x 64 for attention and the delta rule, 8 SSM heads of 64
+for Mamba-2/3, d_inner 512 for Mamba-1, 256 channels for S4D, d_state 16).  Timings are
+medians of interleaved samples after a warm-up, all in this one process, so the ratios
+compare like with like on a shared, noisy machine.  The matmul rate is a 2048^3 fp32
+GEMM measured in the same run.  Prints one line per family, then `min_speedup=<x>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from ssmbench import counts, ops
+from ssmbench.config import load, plan
+
+FAMILIES = ("attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet")
+
+
+def op_inputs(family: str, t: int, size, d_state: int, gen: torch.Generator):
+    """(function of backend, analytic FLOPs) for one family's operator at length t."""
+
+    def randn(*shape, scale=1.0):
+        return torch.randn(*shape, generator=gen) * scale
+
+    def rand(*shape, low, high):
+        return low + (high - low) * torch.rand(*shape, generator=gen)
+
+    b, D, E = 1, size.d_model, size.d_inner
+    if family == "attention":
+        h, d = size.n_heads, size.head_dim
+        q, k, v = (randn(b, t, h, d) for _ in range(3))
+        flop = counts.attention_op_flop(b, t, h, d)
+        return (lambda be: ops.attention(q, k, v, backend=be)), flop
+    if family == "mamba":
+        u, delta, z = randn(b, t, E), randn(b, t, E, scale=0.5), randn(b, t, E)
+        A = -rand(E, d_state, low=0.5, high=2.0)
+        B, C = randn(b, t, d_state), randn(b, t, d_state)
+        Dskip, bias = randn(E), randn(E, scale=0.5)
+        kw = dict(D=Dskip, z=z, delta_bias=bias, delta_softplus=True, chunk_size=size.chunk)
+        flop = counts.selective_scan_op_flop(b, t, E, d_state)
+        return (lambda be: ops.selective_scan(u, delta, A, B, C, **kw, backend=be)), flop
+    if family in ("mamba2", "mamba3"):
+        p = size.head_dim
+        h = E // p
+        x, dt = randn(b, t, h, p), rand(b, t, h, low=0.01, high=0.1)
+        A = -rand(h, low=0.5, high=2.0)
+        B, C = randn(b, t, 1, d_state), randn(b, t, 1, d_state)
+        if family == "mamba2":
+            flop = counts.ssd_op_flop(b, t, h, p, d_state, 1, size.chunk)
+            return (lambda be: ops.ssd(x, dt, A, B, C, chunk_size=size.chunk, backend=be)), flop
+        theta = rand(b, t, h, d_state // 2, low=-1.0, high=1.0)
+        lam = rand(b, t, h, low=0.0, high=1.0)
+        flop = counts.mamba3_op_flop(b, t, h, p, d_state, 1, size.chunk)
+        return (
+            lambda be: ops.mamba3(x, dt, A, B, C, theta, lam, chunk_size=size.chunk, backend=be)
+        ), flop
+    if family == "deltanet":
+        h, d = size.n_heads, size.head_dim
+        q = torch.nn.functional.normalize(randn(b, t, h, d), dim=-1)
+        k = torch.nn.functional.normalize(randn(b, t, h, d), dim=-1)
+        v, beta = randn(b, t, h, d), rand(b, t, h, low=0.1, high=0.9)
+        g = -rand(b, t, h, low=0.01, high=0.1)
+        flop = counts.delta_rule_op_flop(b, t, h, d, d, size.chunk)
+        return (
+            lambda be: ops.delta_rule(q, k, v, beta, g=g, chunk_size=size.chunk, backend=be)
+        ), flop
+    if family == "s4d":
+        n = d_state // 2
+        u = randn(b, t, D)
+        log_dt = rand(D, low=-6.9, high=-2.3)
+        A = torch.complex(-0.5 * torch.ones(D, n), torch.pi * torch.arange(n).repeat(D, 1))
+        C = torch.complex(randn(D, n), randn(D, n))
+        Dskip = randn(D)
+        flop = counts.s4d_op_flop(b, t, D, n)
+        return (lambda be: ops.s4d(u, log_dt, A, C, Dskip, backend=be)), flop
+    raise ValueError(family)
+
+
+def time_once_ms(run, backend: str) -> float:
+    start = time.perf_counter()
+    run(backend)
+    return (time.perf_counter() - start) * 1e3
+
+
+def median_ms(fn, samples: int) -> float:
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def matmul_gflops(n: int = 2048, samples: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    return 2 * n**3 / median_ms(lambda: a @ b, samples) / 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seq-len", type=int, default=4096)
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--families", nargs="*", default=list(FAMILIES))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cpu = plan(load(overrides={"preset": "cpu"}))
+    gen = torch.Generator().manual_seed(0)
+
+    peak = matmul_gflops()
+    print(f"matmul_fp32_gflops={peak:.1f} (2048^3, threads={args.threads})")
+    speedups = []
+    with torch.inference_mode():
+        for family in args.families:
+            run, flop = op_inputs(family, args.seq_len, cpu.size, 16, gen)
+            for be in ("naive", "torch"):  # warm-up
+                run(be)
+            naive_ms, torch_ms = [], []
+            for _ in range(args.samples):  # interleaved: both see the same machine
+                naive_ms.append(time_once_ms(run, "naive"))
+                torch_ms.append(time_once_ms(run, "torch"))
+            naive, fast = statistics.median(naive_ms), statistics.median(torch_ms)
+            gflops = flop / fast / 1e6
+            speedups.append(naive / fast)
+            print(
+                f"{family:10s} T={args.seq_len} naive_ms={naive:9.2f} torch_ms={fast:8.2f} "
+                f"speedup={naive / fast:7.1f}x torch_gflops={gflops:6.1f} "
+                f"of_matmul={gflops / peak:6.1%}"
+            )
+    print(f"min_speedup={min(speedups):.1f}")
+
+
+if __name__ == "__main__":
+    main()
