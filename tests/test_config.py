@@ -38,8 +38,8 @@ def test_auto_picks_gpu_when_cuda_and_run_override():
 
 def test_attention_cells_use_the_n0_placeholder():
     plan = sbconfig.plan(cfg(preset="ci"))
-    assert {c.d_state for c in plan.cells if c.model == "attention"} == {0}
-    assert {c.d_state for c in plan.cells if c.model != "attention"} == {4}
+    assert {c.d_state for c in plan.cells if c.model in ("attention", "deltanet")} == {0}
+    assert {c.d_state for c in plan.cells if c.model not in ("attention", "deltanet")} == {4}
 
 
 def _bad_unknown_preset():

@@ -21,9 +21,9 @@ Conventions (stated once, used everywhere):
   times h (p n), their sum (p n), the readout C h (2 p n) and the D skip (2 p);
   Mamba-3 ``7 p n + 4 p + 14 r`` for r rotated pairs (the same plus the trapezoid's second
   outer product and its weights, the phase update and two complex rotations);
-  the gated delta rule ``9 k v + k``: k^T S (2 k v), beta k (k), the rank-1 correction
-  (2 k v), the decay (k v), the rank-1 write beta k v^T (2 k v) and the readout S^T q
-  (2 k v);
+  the gated delta rule ``7 k v + 2 v``, written S' = a S, S = S' + beta k (v - S'^T k)^T:
+  the decay (k v), S'^T k (2 k v), v minus it and times beta (2 v), the rank-1 update
+  (2 k v) and the readout S^T q (2 k v);
   S4D ``18 n + 2`` per channel for n complex modes: dB u (2), the complex update
   dA h + dB u (8) and the complex readout 2 Re(C h) (8) per mode, and D u (2).
 * Minimum bytes move each input once and each output once and nothing else (a perfectly
@@ -145,7 +145,7 @@ def layer(model: str, size: Size, d_state: int, index: int, batch: int, seq_len:
             terms={
                 "proj": 2 * bT * (3 * D * inner + 2 * D * h + inner * D),
                 "conv": 3 * 2 * bT * inner * k,
-                "scan": bT * h * (9 * dk * dk + dk),
+                "scan": bT * h * (7 * dk * dk + 2 * dk),
             },
         )
     raise ValueError(f"no counts for model {model!r}")

@@ -1,0 +1,515 @@
+"""DeltaNet and Gated DeltaNet: the (gated) delta rule in three forms, and the block mixer.
+
+Yang, Wang, Zhang, Shen & Kim 2024, "Parallelizing Linear Transformers with the Delta Rule
+over Sequence Length" (arXiv 2406.06484); Yang, Kautz & Hatamizadeh 2024, "Gated Delta
+Networks: Improving Mamba2 with Delta Rule" (arXiv 2412.06464).
+
+Glossary (axis letter -> paper symbol):
+
+    b  batch
+    t  time                        (L in the papers; T is the sequence length)
+    h  heads
+    k  key / query head dim        d_k
+    v  value head dim              d_v
+    c  chunk index                 the [i] of the chunkwise form; T / C of them
+    l  position inside a chunk     r in the papers; C of them (``chunk_size``)
+    s  a second position in the same chunk
+
+The recurrence, in this project's ``(d_k, d_v)`` state layout (the papers write the
+transposed ``(d_v, d_k)``):
+
+    a_t = exp(g_t)                 (Gated DeltaNet; a_t = 1 for plain DeltaNet, g = None)
+    S_t = a_t (S_{t-1} - beta_t k_t (k_t^T S_{t-1})) + beta_t k_t v_t^T        (R)
+    o_t = S_t^T q_t                                                            (O)
+
+The decay comes first: the delta-rule correction reads the decayed state a_t S_{t-1}
+(the Gated DeltaNet paper's S_t = S_{t-1} (a_t (I - beta_t k_t k_t^T)) + beta_t v_t k_t^T,
+transposed).  The operator scales nothing; the block L2-normalizes q and k and scales q
+by 1 / sqrt(d_k).
+
+The chunkwise form (DeltaNet paper, section 3: the WY representation and the UT
+transform; Gated DeltaNet paper, section 3: the same with the decays folded in).  Inside a
+chunk of C tokens that starts from the state S_0, with the cumulative log-decay
+gamma_l = g_1 + ... + g_l and Gamma_l = exp(gamma_l):
+
+    A_ls  = beta_l exp(gamma_l - gamma_s) k_l^T k_s     for s < l, else 0         (1)
+    T     = (I + A)^{-1} diag(beta)                     the UT transform          (2)
+    W     = T diag(Gamma) K,   U~ = T V                 the WY factors            (3)
+    U     = U~ - W S_0                                  the chunk's "new values"  (4)
+    O     = diag(Gamma) Q S_0 + (Q K^T * L) U,   L_ls = exp(gamma_l - gamma_s) on s <= l  (5)
+    S_C   = Gamma_C S_0 + (diag(Gamma_C / Gamma) K)^T U                           (6)
+
+(Unrolling (R): u_l = beta_l (v_l - Gamma_l k_l^T S_0 - sum_{s<l} L_ls (k_l^T k_s) u_s),
+which is the triangular system (I + A) U = diag(beta) (V - diag(Gamma) K S_0).)  T is
+computed as (diag(1 / beta) + tril(K K^T * L, -1))^{-1}, the same matrix.
+
+Steps (1)-(3) and the intra-chunk part of (5) do not depend on the state: they run for
+every chunk at once, as batched matmuls and one batched triangular solve.  Steps (4) and
+(6) carry the state from chunk to chunk; each chunk needs the state the previous one
+left, so they run in a Python loop over chunks (T / C iterations of two small matmuls),
+never over tokens.  On CPU the chunks go a segment at a time (see _CPU_SEGMENT_BYTES), so
+that the intermediates of the memory-bound elementwise steps stay in cache.
+
+Three forms that must agree (tests pin them to the NumPy reference):
+
+- ``delta_rule_naive``: a Python loop over time, one rank-1 update per token (the style of
+  flash-linear-attention's ``naive_recurrent`` reference).
+- ``delta_rule_torch``: the chunkwise form above; ``chunk_size >= T`` is the fully
+  parallel form (one chunk, no state passing), ``chunk_size = 1`` the recurrence again.
+- ``delta_rule_step``: one token, for decode.
+
+All three compute in float32 at least (half inputs are widened), return o in the dtype
+of q and the state in the compute dtype.
+
+What this file leaves out: per-channel (vector) decays (GLA / KDA), the output gate of
+flash-linear-attention's GatedDeltaNet layer, the value expansion (d_v = 2 d_k) of some
+Gated DeltaNet configurations, and any fused kernel (the ``fused`` backend's job).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssmbench.config import Size
+from ssmbench.models.common import RMSNorm, pick_backend
+
+# (q_conv_state, k_conv_state, v_conv_state) each (b, h*k or h*v, d_conv), then S (b, h, k, v)
+DeltaNetCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The tensors in float32 at least (None stays None): the state sums over many
+    tokens, which half precision cannot hold."""
+    return tuple(
+        x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
+        for x in tensors
+    )
+
+
+def _check_shapes(q, k, v, beta, g, state, op: str) -> None:
+    """ValueError unless q, k ``(..., h, k)``, v ``(..., h, v)``, beta and g ``(..., h)``,
+    state ``(b, h, k, v)`` agree (``...`` is ``(b, t)`` for a sequence, ``(b,)`` for a step)."""
+    lead = q.shape[:-1]
+    problems = []
+    if k.shape != q.shape:
+        problems.append(f"k {tuple(k.shape)} != q {tuple(q.shape)}")
+    if v.shape[:-1] != lead:
+        problems.append(f"v {tuple(v.shape)} does not start with {tuple(lead)}")
+    if beta.shape != lead:
+        problems.append(f"beta {tuple(beta.shape)} != {tuple(lead)}")
+    if g is not None and g.shape != lead:
+        problems.append(f"g {tuple(g.shape)} != {tuple(lead)}")
+    if state is not None:
+        expected = (q.shape[0], q.shape[-2], q.shape[-1], v.shape[-1])
+        if tuple(state.shape) != expected:
+            problems.append(f"state {tuple(state.shape)} != {expected}")
+    if problems:
+        raise ValueError(f"{op}: bad shapes: " + "; ".join(problems))
+
+
+def _recurrent_update(
+    state: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of (R) and (O) on widened tensors: state ``(b, h, k, v)``; q, k
+    ``(b, h, k)``; v ``(b, h, v)``; beta, g ``(b, h)`` -> o ``(b, h, v)``, new state."""
+    if g is not None:
+        state = state * torch.exp(g)[..., None, None]  # a_t S_{t-1}, (b h k v)
+    retrieved = (k[..., None, :] @ state).squeeze(-2)  # S'^T k_t, (b h v)
+    delta = beta[..., None] * (v - retrieved)  # beta_t (v_t - S'^T k_t), (b h v)
+    state = state + k[..., :, None] * delta[..., None, :]  # (R), (b h k v)
+    o = (q[..., None, :] @ state).squeeze(-2)  # (O), (b h v)
+    return o, state
+
+
+def delta_rule_naive(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (gated) delta rule as a Python loop over time, one rank-1 update per token.
+
+    Args:
+        q, k: ``(b, t, h, k)``; v: ``(b, t, h, v)``; beta: ``(b, t, h)`` in (0, 1);
+            g: ``(b, t, h)`` log-decay (<= 0) or None for plain DeltaNet;
+            initial_state: ``(b, h, k, v)`` or None for zeros.  One float dtype for all
+            but the state.
+        chunk_size: unused; accepted so that every backend has one signature.
+
+    Returns:
+        o: ``(b, t, h, v)`` in the dtype of q, and the final state ``(b, h, k, v)`` in
+        float32 or wider.
+    """
+    _check_shapes(q, k, v, beta, g, initial_state, "delta_rule")
+    out_dtype = q.dtype
+    q, k, v, beta, g, state = _widen(q, k, v, beta, g, initial_state)
+    b, T, h, dk = q.shape
+    if state is None:
+        state = q.new_zeros(b, h, dk, v.shape[-1])  # (b h k v)
+    outputs = []
+    for t in range(T):
+        g_t = None if g is None else g[:, t]
+        o_t, state = _recurrent_update(state, q[:, t], k[:, t], v[:, t], beta[:, t], g_t)
+        outputs.append(o_t)
+    o = torch.stack(outputs, dim=1)  # (b t h v)
+    return o.to(out_dtype), state
+
+
+# exp(x) for x below about -87 underflows float32 to denormals or zero, which CPU vectorised
+# exp handles on a slow scalar path (about 30x slower); exp(-60) = 9e-27 is already nothing
+# next to O(1) terms in float32 or float64, so exponents are clamped there.
+_LOG_FLOOR = -60.0
+
+
+def _exp(x: torch.Tensor, max: float | None = None) -> torch.Tensor:
+    """exp(clamp(x, -60, max)): exp without the underflow slow path (see _LOG_FLOOR)."""
+    return torch.exp(torch.clamp(x, min=_LOG_FLOOR, max=max))
+
+
+# On CPU the chunks are processed a segment at a time, with about this many bytes per
+# intermediate tensor of a segment, so that a segment's working set stays in the L2/L3
+# caches: the elementwise steps are memory-bound, and this takes ~20% off at T = 4096.
+# On GPUs every chunk goes at once.
+_CPU_SEGMENT_BYTES = 1 << 20
+
+
+def _chunk(x: torch.Tensor, chunk_size: int, pad_value: float = 0.0) -> torch.Tensor:
+    """``(b, t, h, ...)`` -> ``(c, b*h, l, ...)``: time padded with ``pad_value`` to a
+    multiple of ``chunk_size`` and cut into chunks, chunk-major so that the chunks of a
+    segment are one contiguous block."""
+    b, T, h = x.shape[:3]
+    pad = -T % chunk_size
+    if pad:
+        x = torch.cat([x, x.new_full((b, pad, *x.shape[2:]), pad_value)], dim=1)  # (b t+pad h ...)
+    x = x.unflatten(1, (-1, chunk_size))  # (b c l h ...)
+    x = x.movedim((1, 3), (0, 2))  # (c b h l ...)
+    return x.reshape(x.shape[0], b * h, *x.shape[3:]).contiguous()  # (c b*h l ...)
+
+
+def _chunks_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    gamma: torch.Tensor | None,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Steps (1)-(6) of the module docstring for consecutive chunks.
+
+    Args:
+        q, k: ``(c, n, l, k)``; v: ``(c, n, l, v)``; beta: ``(c, n, l)``; gamma: ``(c, n,
+            l)``, the cumulative log-decay inside each chunk, or None (no decay); state:
+            ``(n, k, v)``, entering the first chunk.  ``n`` is batch times heads.
+
+    Returns:
+        o ``(c, n, l, v)`` and the state leaving the last chunk ``(n, k, v)``.
+    """
+    C = q.shape[2]
+    kk = k @ k.transpose(-1, -2)  # k_l^T k_s, (c n l s)
+    scores = q @ k.transpose(-1, -2)  # q_l^T k_s, (c n l s)
+    causal = torch.ones(C, C, dtype=q.dtype, device=q.device).tril()  # (l s): s <= l
+    if gamma is None:
+        A = kk  # (c n l s)
+        scores = scores * causal  # Q K^T * L with L = 1 on s <= l
+        k_in = k_out = k
+        chunk_decay = None
+    else:
+        # L_ls = exp(gamma_l - gamma_s) on s <= l.  With g <= 0 the exponent is <= 0 there
+        # and >= 0 above the diagonal, where it could overflow: clamped to 0, then masked.
+        log_decay = gamma[..., :, None] - gamma[..., None, :]  # (c n l s)
+        decay = _exp(log_decay, max=0.0) * causal  # L, (c n l s)
+        A = kk * decay  # (c n l s)
+        scores = scores * decay  # Q K^T * L
+        gamma_exp = _exp(gamma)[..., None]  # Gamma_l, (c n l 1)
+        q = q * gamma_exp  # diag(Gamma) Q
+        k_in = k * gamma_exp  # diag(Gamma) K
+        k_out = k * _exp(gamma[..., -1:] - gamma)[..., None]  # diag(Gamma_C / Gamma) K
+        chunk_decay = gamma_exp[:, :, -1:]  # Gamma_C, (c n 1 1)
+
+    # (1)-(3): T = (I + diag(beta) tril(K K^T * L, -1))^{-1} diag(beta), which is also
+    # (diag(1 / beta) + tril(K K^T * L, -1))^{-1}: one batched triangular solve for every
+    # chunk at once, with 1 / beta on the diagonal (which saves scaling K and V by beta).
+    # The solve reads only the lower triangle of A; it runs as X A^T = I for X = T^T,
+    # because LAPACK then takes the row-major A^T as a column-major A without a transposed
+    # copy (a quarter faster on CPU)
+    A.diagonal(dim1=-2, dim2=-1).copy_(1.0 / beta)  # (1), in place on a fresh tensor
+    eye = torch.eye(C, dtype=q.dtype, device=q.device)
+    T = torch.linalg.solve_triangular(A.mT, eye, upper=True, left=False).mT  # (2), (c n l s)
+    w = T @ k_in  # (3) W = T diag(Gamma) K, (c n l k)
+    u_tilde = T @ v  # (3) U~ = T V, (c n l v)
+
+    # (4) and (6): carry the state across chunks, one chunk per iteration
+    chunk_states, new_values = [], []
+    for c in range(q.shape[0]):
+        chunk_states.append(state)
+        u = torch.baddbmm(u_tilde[c], w[c], state, alpha=-1.0)  # (4) U = U~ - W S_0, (n l v)
+        new_values.append(u)
+        if chunk_decay is not None:
+            state = state * chunk_decay[c]  # Gamma_C S_0
+        state = torch.baddbmm(state, k_out[c].transpose(-1, -2), u)  # (6), (n k v)
+    chunk_states = torch.stack(chunk_states)  # S_0 per chunk, (c n k v)
+    new_values = torch.stack(new_values)  # U per chunk, (c n l v)
+
+    # (5): every chunk's outputs at once, (Q K^T * L) U + diag(Gamma) Q S_0
+    o = (scores @ new_values).flatten(0, 1)  # (c*n l v), fresh: updated in place below
+    o.baddbmm_(q.flatten(0, 1), chunk_states.flatten(0, 1))  # (c*n l v)
+    return o.view_as(new_values), state
+
+
+def delta_rule_torch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (gated) delta rule, chunkwise: the WY representation / UT transform inside each
+    chunk as batched matmuls and one batched triangular solve, the state carried across
+    chunks by a loop over chunks (steps (1)-(6) of the module docstring).
+
+    The cumulative log-decay is summed in float32 (as flash-linear-attention does): the
+    decay between two tokens then carries a relative error of about |gamma| * 6e-8, which
+    for realistic decays (|gamma| < 200 in a chunk) stays below 1e-5, but grows for
+    extreme ones (log-decays of -100 per token over 64-token chunks).
+
+    Args:
+        as :func:`delta_rule_naive`, with beta in (0, 1) and g <= 0 strictly required
+            (the chunked form divides by beta and clamps the log-decays between two
+            tokens to <= 0); chunk_size: tokens per chunk C (>= 1; C >= t is the fully
+            parallel single-chunk form).  Any C gives the same result.
+
+    Returns:
+        o: ``(b, t, h, v)`` in the dtype of q, and the final state ``(b, h, k, v)`` in
+        float32 or wider.
+    """
+    _check_shapes(q, k, v, beta, g, initial_state, "delta_rule")
+    if chunk_size < 1:
+        raise ValueError(f"delta_rule: chunk_size must be >= 1, got {chunk_size}")
+    out_dtype = q.dtype
+    q, k, v, beta, g, initial_state = _widen(q, k, v, beta, g, initial_state)
+    b, T, h, dk = q.shape
+    dv = v.shape[-1]
+    C = min(chunk_size, T)
+
+    # padded tokens have k = v = 0 and g = 0: they leave the state as it is (beta is
+    # padded with 1, so that 1 / beta stays finite)
+    q, k, v = _chunk(q, C), _chunk(k, C), _chunk(v, C)  # (c b*h l k), (c b*h l v)
+    beta = _chunk(beta, C, pad_value=1.0)  # (c b*h l)
+    gamma = None if g is None else _chunk(g, C).cumsum(dim=-1)  # gamma_l, (c b*h l)
+    if initial_state is None:
+        state = q.new_zeros(b * h, dk, dv)  # (b*h k v)
+    else:
+        state = initial_state.reshape(b * h, dk, dv)  # (b*h k v)
+
+    # on CPU, a segment of chunks at a time, so that its intermediates stay in cache
+    n_chunks = q.shape[0]
+    per_chunk_bytes = b * h * C * max(C, dk, dv) * q.element_size()
+    segment = max(1, _CPU_SEGMENT_BYTES // per_chunk_bytes) if q.is_cpu else n_chunks
+    outputs = []
+    for start in range(0, n_chunks, segment):
+        part = slice(start, start + segment)
+        gamma_part = None if gamma is None else gamma[part]
+        o, state = _chunks_forward(q[part], k[part], v[part], beta[part], gamma_part, state)
+        outputs.append(o.unflatten(1, (b, h)).movedim((0, 3), (1, 2)))  # (b c l h v)
+    o = torch.cat(outputs, dim=1).reshape(b, -1, h, dv)[:, :T]  # (b t h v)
+    return o.to(out_dtype), state.reshape(b, h, dk, dv)
+
+
+def delta_rule_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of the (gated) delta rule (the recurrent form, for decode).
+
+    Args:
+        q, k: ``(b, h, k)``; v: ``(b, h, v)``; beta: ``(b, h)`` in (0, 1); g: ``(b, h)``
+            log-decay or None; state: ``(b, h, k, v)`` or None for zeros.
+
+    Returns:
+        o: ``(b, h, v)`` in the dtype of q and the new state ``(b, h, k, v)`` in float32
+        or wider.  Both backends share this form: one token has no loop over time to
+        vectorise.
+    """
+    _check_shapes(q, k, v, beta, g, state, "delta_rule_step")
+    out_dtype = q.dtype
+    q, k, v, beta, g, state = _widen(q, k, v, beta, g, state)
+    if state is None:
+        state = q.new_zeros(*q.shape, v.shape[-1])  # (b h k v)
+    o, state = _recurrent_update(state, q, k, v, beta, g)
+    return o.to(out_dtype), state
+
+
+DELTA_RULE_BACKENDS = {"naive": delta_rule_naive, "torch": delta_rule_torch}
+DELTA_RULE_STEP_BACKENDS = {"naive": delta_rule_step, "torch": delta_rule_step}
+
+
+def _l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(sum x^2 + eps) over the last axis, in float32 at least (flash-linear-
+    attention's ``l2norm``, eps included)."""
+    (x_wide,) = _widen(x)
+    return (x_wide * torch.rsqrt(x_wide.pow(2).sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
+    """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y))."""
+    return y + torch.log(-torch.expm1(-y))
+
+
+class DeltaNetMixer(nn.Module):
+    """The (Gated) DeltaNet token mixer, as flash-linear-attention's DeltaNet and
+    GatedDeltaNet layers build it (without their output gate):
+
+        q, k, v = silu(short causal depthwise conv(q_proj(x), k_proj(x), v_proj(x)))
+        q, k    = l2_normalize(q, k) per head;  q *= 1 / sqrt(d_k)
+        beta    = sigmoid(b_proj(x))                                   (b, t, h)
+        g       = -exp(A_log) * softplus(a_proj(x) + dt_bias)          (gated only; <= 0)
+        o, S    = delta_rule(q, k, v, beta, g)
+        out     = out_proj(RMSNorm(o) per head)
+
+    ``gated=True`` is Gated DeltaNet (the benchmark's ``deltanet`` block, so that the
+    family has decays); ``gated=False`` is DeltaNet (g = None).  d_k = d_v = head_dim.
+    Init of the decay as Mamba-2 / Gated DeltaNet: A uniform in [1, 16], stored as log;
+    dt log-uniform in [dt_min, dt_max] (at least dt_init_floor), stored as the inverse
+    softplus in dt_bias.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        head_dim: int,
+        d_conv: int = 4,
+        chunk_size: int = 64,
+        gated: bool = True,
+        norm_eps: float = 1e-5,
+        dt_min: float = 1e-3,
+        dt_max: float = 1e-1,
+        dt_init_floor: float = 1e-4,
+    ):
+        super().__init__()
+        self.n_heads = n_heads  # h
+        self.head_dim = head_dim  # d_k = d_v
+        self.d_conv = d_conv
+        self.chunk_size = chunk_size
+        self.gated = gated
+        inner = n_heads * head_dim
+
+        self.q_proj = nn.Linear(d_model, inner, bias=False)
+        self.k_proj = nn.Linear(d_model, inner, bias=False)
+        self.v_proj = nn.Linear(d_model, inner, bias=False)
+        # flash-linear-attention's ShortConvolution: depthwise, causal, no bias, then SiLU
+        self.q_conv1d, self.k_conv1d, self.v_conv1d = (
+            nn.Conv1d(inner, inner, d_conv, groups=inner, padding=d_conv - 1, bias=False)
+            for _ in range(3)
+        )
+        self.b_proj = nn.Linear(d_model, n_heads, bias=False)
+        if gated:
+            self.a_proj = nn.Linear(d_model, n_heads, bias=False)
+            A = torch.empty(n_heads).uniform_(1.0, 16.0)  # (h)
+            self.A_log = nn.Parameter(torch.log(A))
+            log_dt = torch.rand(n_heads) * (math.log(dt_max) - math.log(dt_min))
+            dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (h)
+            self.dt_bias = nn.Parameter(_inverse_softplus(dt))
+        self.o_norm = RMSNorm(head_dim, eps=norm_eps)
+        self.out_proj = nn.Linear(inner, d_model, bias=False)
+
+    def _gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """beta ``(..., h)`` and the log-decay g ``(..., h)`` (None when not gated) of
+        x ``(..., d_model)``; g in float32 at least."""
+        beta = torch.sigmoid(self.b_proj(x))  # (... h)
+        if not self.gated:
+            return beta, None
+        a, A_log, dt_bias = _widen(self.a_proj(x), self.A_log, self.dt_bias)
+        g = -torch.exp(A_log) * F.softplus(a + dt_bias)  # (... h)
+        return beta, g
+
+    def _heads(self, q, k, v):
+        """Split ``(..., h*k)`` into heads ``(..., h, k)``, L2-normalize q and k, scale q."""
+        q, k, v = (x.unflatten(-1, (self.n_heads, self.head_dim)) for x in (q, k, v))
+        q = _l2_normalize(q) * self.head_dim**-0.5  # (... h k)
+        return q, _l2_normalize(k), v
+
+    def _conv(self, x: torch.Tensor, conv: nn.Conv1d) -> tuple[torch.Tensor, torch.Tensor]:
+        """silu(causal depthwise conv) over x ``(b, t, d)``, and its state: the last
+        d_conv inputs ``(b, d, d_conv)``, zeros before the sequence."""
+        T = x.shape[1]
+        x = x.transpose(1, 2)  # (b d t)
+        conv_state = F.pad(x, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :]  # (b d d_conv)
+        y = F.silu(conv(x)[..., :T]).transpose(1, 2)  # (b t d), causal: cut to T
+        return y, conv_state
+
+    def _conv_step(
+        self, x: torch.Tensor, conv: nn.Conv1d, conv_state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token of :meth:`_conv`: x ``(b, d)``, conv_state ``(b, d, d_conv)``."""
+        conv_state = torch.cat([conv_state[..., 1:], x[..., None]], dim=-1)  # (b d d_conv)
+        y = F.silu(torch.einsum("bdw,dw->bd", conv_state, conv.weight[:, 0]))  # (b d)
+        return y, conv_state
+
+    def forward(self, x: torch.Tensor, backend: str) -> tuple[torch.Tensor, DeltaNetCache]:
+        """x: ``(b, t, d_model)`` -> y ``(b, t, d_model)`` and the cache
+        ``(q_conv_state, k_conv_state, v_conv_state, S)``: three ``(b, h*head_dim,
+        d_conv)`` conv states (the last d_conv conv inputs, zeros before the sequence)
+        and the delta-rule state S ``(b, h, k, v)``."""
+        delta_rule = pick_backend(DELTA_RULE_BACKENDS, backend, "DeltaNetMixer")
+        batch, T, _ = x.shape
+        q, q_state = self._conv(self.q_proj(x), self.q_conv1d)  # (b t h*k)
+        k, k_state = self._conv(self.k_proj(x), self.k_conv1d)  # (b t h*k)
+        v, v_state = self._conv(self.v_proj(x), self.v_conv1d)  # (b t h*v)
+        q, k, v = self._heads(q, k, v)  # (b t h k), (b t h k), (b t h v)
+        beta, g = self._gates(x)  # (b t h) each
+        o, state = delta_rule(q, k, v, beta, g=g, chunk_size=self.chunk_size)  # (b t h v)
+        y = self.out_proj(self.o_norm(o).flatten(-2))  # (b t d_model)
+        return y, (q_state, k_state, v_state, state)
+
+    def step(
+        self, x_t: torch.Tensor, cache: DeltaNetCache | None, backend: str
+    ) -> tuple[torch.Tensor, DeltaNetCache]:
+        """x_t: ``(b, d_model)``, cache from :meth:`forward` or the last step (or None
+        for an empty one) -> y_t ``(b, d_model)`` and the updated cache."""
+        step = pick_backend(DELTA_RULE_STEP_BACKENDS, backend, "DeltaNetMixer.step")
+        q, k, v = self.q_proj(x_t), self.k_proj(x_t), self.v_proj(x_t)  # (b h*k) each
+        if cache is None:
+            zeros = q.new_zeros(x_t.shape[0], q.shape[-1], self.d_conv)  # (b h*k d_conv)
+            cache = (zeros, zeros, zeros, None)
+        q_state, k_state, v_state, state = cache
+        q, q_state = self._conv_step(q, self.q_conv1d, q_state)  # (b h*k)
+        k, k_state = self._conv_step(k, self.k_conv1d, k_state)  # (b h*k)
+        v, v_state = self._conv_step(v, self.v_conv1d, v_state)  # (b h*v)
+        q, k, v = self._heads(q, k, v)  # (b h k), (b h k), (b h v)
+        beta, g = self._gates(x_t)  # (b h) each
+        o, state = step(q, k, v, beta, g=g, state=state)  # (b h v), (b h k v)
+        y_t = self.out_proj(self.o_norm(o).flatten(-2))  # (b d_model)
+        return y_t, (q_state, k_state, v_state, state)
+
+
+def build_mixer(size: Size, d_state: int, layer: int) -> DeltaNetMixer:
+    """The Gated DeltaNet mixer of a run's size preset: ``size.n_heads`` heads of
+    d_k = d_v = ``size.head_dim``, conv width ``size.d_conv``, chunks of ``size.chunk``.
+    ``d_state`` and ``layer`` are unused (the state per head is head_dim x head_dim)."""
+    return DeltaNetMixer(
+        size.d_model,
+        size.n_heads,
+        size.head_dim,
+        d_conv=size.d_conv,
+        chunk_size=size.chunk,
+        gated=True,
+    )
