@@ -9,6 +9,22 @@ import torch
 from torch import nn
 
 
+def widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The tensors in float32 at least (None stays None): a state sums over many tokens,
+    which half precision cannot hold (mamba_ssm's references and kernels widen to float32
+    as well)."""
+    return tuple(
+        x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
+        for x in tensors
+    )
+
+
+def inverse_softplus(y: torch.Tensor) -> torch.Tensor:
+    """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y)).
+    Stores a positive step size (dt) as the bias that softplus maps back to it."""
+    return y + torch.log(-torch.expm1(-y))
+
+
 def pick_backend(table: dict[str, Callable], backend: str, op: str) -> Callable:
     """``table[backend]``, or a ValueError naming the op, the bad value and the known ones."""
     if backend not in table:

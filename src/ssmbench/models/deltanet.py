@@ -75,19 +75,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
-from ssmbench.models.common import RMSNorm, pick_backend
+from ssmbench.models.common import RMSNorm, inverse_softplus, pick_backend, widen
 
 # (q_conv_state, k_conv_state, v_conv_state) each (b, h*k or h*v, d_conv), then S (b, h, k, v)
 DeltaNetCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def _widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-    """The tensors in float32 at least (None stays None): the state sums over many
-    tokens, which half precision cannot hold."""
-    return tuple(
-        x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
-        for x in tensors
-    )
 
 
 def _check_shapes(q, k, v, beta, g, state, op: str) -> None:
@@ -154,7 +145,7 @@ def delta_rule_naive(
     """
     _check_shapes(q, k, v, beta, g, initial_state, "delta_rule")
     out_dtype = q.dtype
-    q, k, v, beta, g, state = _widen(q, k, v, beta, g, initial_state)
+    q, k, v, beta, g, state = widen(q, k, v, beta, g, initial_state)
     b, T, h, dk = q.shape
     if state is None:
         state = q.new_zeros(b, h, dk, v.shape[-1])  # (b h k v)
@@ -300,7 +291,7 @@ def delta_rule_torch(
     if chunk_size < 1:
         raise ValueError(f"delta_rule: chunk_size must be >= 1, got {chunk_size}")
     out_dtype = q.dtype
-    q, k, v, beta, g, initial_state = _widen(q, k, v, beta, g, initial_state)
+    q, k, v, beta, g, initial_state = widen(q, k, v, beta, g, initial_state)
     b, T, h, dk = q.shape
     dv = v.shape[-1]
     C = min(chunk_size, T)
@@ -350,7 +341,7 @@ def delta_rule_step(
     """
     _check_shapes(q, k, v, beta, g, state, "delta_rule_step")
     out_dtype = q.dtype
-    q, k, v, beta, g, state = _widen(q, k, v, beta, g, state)
+    q, k, v, beta, g, state = widen(q, k, v, beta, g, state)
     if state is None:
         state = q.new_zeros(*q.shape, v.shape[-1])  # (b h k v)
     o, state = _recurrent_update(state, q, k, v, beta, g)
@@ -364,13 +355,8 @@ DELTA_RULE_STEP_BACKENDS = {"naive": delta_rule_step, "torch": delta_rule_step}
 def _l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / sqrt(sum x^2 + eps) over the last axis, in float32 at least (flash-linear-
     attention's ``l2norm``, eps included)."""
-    (x_wide,) = _widen(x)
+    (x_wide,) = widen(x)
     return (x_wide * torch.rsqrt(x_wide.pow(2).sum(-1, keepdim=True) + eps)).to(x.dtype)
-
-
-def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
-    """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y))."""
-    return y + torch.log(-torch.expm1(-y))
 
 
 class DeltaNetMixer(nn.Module):
@@ -427,7 +413,7 @@ class DeltaNetMixer(nn.Module):
             self.A_log = nn.Parameter(torch.log(A))
             log_dt = torch.rand(n_heads) * (math.log(dt_max) - math.log(dt_min))
             dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (h)
-            self.dt_bias = nn.Parameter(_inverse_softplus(dt))
+            self.dt_bias = nn.Parameter(inverse_softplus(dt))
         self.o_norm = RMSNorm(head_dim, eps=norm_eps)
         self.out_proj = nn.Linear(inner, d_model, bias=False)
 
@@ -437,7 +423,7 @@ class DeltaNetMixer(nn.Module):
         beta = torch.sigmoid(self.b_proj(x))  # (... h)
         if not self.gated:
             return beta, None
-        a, A_log, dt_bias = _widen(self.a_proj(x), self.A_log, self.dt_bias)
+        a, A_log, dt_bias = widen(self.a_proj(x), self.A_log, self.dt_bias)
         g = -torch.exp(A_log) * F.softplus(a + dt_bias)  # (... h)
         return beta, g
 

@@ -40,19 +40,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
-from ssmbench.models.common import pick_backend
+from ssmbench.models.common import inverse_softplus, pick_backend, widen
 
 MambaCache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, d, d_conv), ssm_state (b, d, n))
-
-
-def _widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-    """The tensors in float32 at least (None stays None): the state sums over many
-    tokens, which half precision cannot hold (mamba_ssm's reference and kernels widen
-    to float32 as well)."""
-    return tuple(
-        x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
-        for x in tensors
-    )
 
 
 def _discretise_delta(
@@ -104,7 +94,7 @@ def selective_scan_naive(
         or wider.
     """
     out_dtype = u.dtype
-    u, delta, A, B, C, D, z, delta_bias, initial_state = _widen(
+    u, delta, A, B, C, D, z, delta_bias, initial_state = widen(
         u, delta, A, B, C, D, z, delta_bias, initial_state
     )
     delta = _discretise_delta(delta, delta_bias, delta_softplus)
@@ -219,7 +209,7 @@ def selective_scan_torch(
         or wider.
     """
     out_dtype = u.dtype
-    u, delta, A, B, C, D, z, delta_bias, initial_state = _widen(
+    u, delta, A, B, C, D, z, delta_bias, initial_state = widen(
         u, delta, A, B, C, D, z, delta_bias, initial_state
     )
     delta = _discretise_delta(delta, delta_bias, delta_softplus)
@@ -264,7 +254,7 @@ def selective_scan_step(
         one token has no loop over time to vectorise.
     """
     out_dtype = u.dtype
-    u, delta, A, B, C, D, z, delta_bias, state = _widen(u, delta, A, B, C, D, z, delta_bias, state)
+    u, delta, A, B, C, D, z, delta_bias, state = widen(u, delta, A, B, C, D, z, delta_bias, state)
     delta = _discretise_delta(delta, delta_bias, delta_softplus)
     deltaA = torch.exp(torch.einsum("bd,dn->bdn", delta, A))  # (b d n)
     deltaB_u = torch.einsum("bd,bn->bdn", delta * u, B)  # (b d n)
@@ -278,11 +268,6 @@ def selective_scan_step(
 
 SCAN_BACKENDS = {"naive": selective_scan_naive, "torch": selective_scan_torch}
 SCAN_STEP_BACKENDS = {"naive": selective_scan_step, "torch": selective_scan_step}
-
-
-def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
-    """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y))."""
-    return y + torch.log(-torch.expm1(-y))
 
 
 class MambaMixer(nn.Module):
@@ -335,7 +320,7 @@ class MambaMixer(nn.Module):
         log_dt = torch.rand(self.d_inner) * (math.log(dt_max) - math.log(dt_min))
         dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (d)
         with torch.no_grad():
-            self.dt_proj.bias.copy_(_inverse_softplus(dt))
+            self.dt_proj.bias.copy_(inverse_softplus(dt))
 
         # S4D-real: A_n = -(n + 1), stored as log so that A stays negative
         A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(self.d_inner, 1)  # (d n)

@@ -52,19 +52,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
-from ssmbench.models.common import RMSNorm, pick_backend
+from ssmbench.models.common import RMSNorm, inverse_softplus, pick_backend, widen
 
 Mamba2Cache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, conv_dim, d_conv),
 #                                                   ssm_state (b, h, p, n))
-
-
-def _widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-    """The tensors in float32 at least (None stays None): the state sums over many
-    tokens, which half precision cannot hold."""
-    return tuple(
-        x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
-        for x in tensors
-    )
 
 
 def _check_shapes(
@@ -113,7 +104,7 @@ def ssd_naive(
     """
     _, heads_per_group = _check_shapes(x, dt, A, B, C)
     out_dtype = x.dtype
-    x, dt, A, B, C, D, initial_state = _widen(x, dt, A, B, C, D, initial_state)
+    x, dt, A, B, C, D, initial_state = widen(x, dt, A, B, C, D, initial_state)
     b, T, h, p = x.shape
     n = B.shape[-1]
     B = B.repeat_interleave(heads_per_group, dim=2)  # (b t h n), head i reads group i // (h/g)
@@ -237,7 +228,7 @@ def ssd_chunked(
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     out_dtype = x.dtype
-    x, dt, A, B, C, D, initial_state = _widen(x, dt, A, B, C, D, initial_state)
+    x, dt, A, B, C, D, initial_state = widen(x, dt, A, B, C, D, initial_state)
     # Without a backward pass to serve, two large products are made in place or straight
     # into their output (below): a fresh buffer of t h Q floats costs about as much as the
     # product itself on the CPU (page faults), and the op is memory-bound outside its matmuls
@@ -332,7 +323,7 @@ def ssd_step(
     """
     _, heads_per_group = _check_shapes(x, dt, A, B, C)
     out_dtype = x.dtype
-    x, dt, A, B, C, D, state = _widen(x, dt, A, B, C, D, state)
+    x, dt, A, B, C, D, state = widen(x, dt, A, B, C, D, state)
     B = B.repeat_interleave(heads_per_group, dim=1)  # (b h n)
     C = C.repeat_interleave(heads_per_group, dim=1)  # (b h n)
     update = (x * dt[..., None])[..., None] * B[:, :, None, :]  # (b h p n), dt x B^T
@@ -347,11 +338,6 @@ def ssd_step(
 
 
 SSD_BACKENDS = {"naive": ssd_naive, "torch": ssd_chunked}
-
-
-def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
-    """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y))."""
-    return y + torch.log(-torch.expm1(-y))
 
 
 class Mamba2Mixer(nn.Module):
@@ -413,7 +399,7 @@ class Mamba2Mixer(nn.Module):
         )
         log_dt = torch.rand(self.nheads) * (math.log(dt_max) - math.log(dt_min))
         dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (h)
-        self.dt_bias = nn.Parameter(_inverse_softplus(dt))
+        self.dt_bias = nn.Parameter(inverse_softplus(dt))
         A = torch.empty(self.nheads).uniform_(*A_init_range)  # (h)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(self.nheads))

@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
-from ssmbench.models.common import RMSNorm, pick_backend
+from ssmbench.models.common import RMSNorm, inverse_softplus, pick_backend, widen
 from ssmbench.reference.mamba3 import Mamba3State
 
 __all__ = [
@@ -76,15 +76,6 @@ __all__ = [
     "rotate_pairs",
     "ssd_chunked",
 ]
-
-
-def _widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-    """The tensors in float32 at least (None stays None): the state sums over many tokens,
-    which half precision cannot hold."""
-    return tuple(
-        x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
-        for x in tensors
-    )
 
 
 def _check_shapes(x, dt, A, B, C, theta, lam, D, token: bool = False) -> None:
@@ -123,7 +114,7 @@ def _initial_state(
     if not isinstance(state, tuple):
         zeros = like.new_zeros
         state = (state, zeros(b, h, r), zeros(b, h, n), zeros(b, h, p))
-    state = Mamba3State(*_widen(*state))
+    state = Mamba3State(*widen(*state))
     expected = Mamba3State((b, h, p, n), (b, h, r), (b, h, n), (b, h, p))
     for name, tensor, shape in zip(Mamba3State._fields, state, expected, strict=True):
         if tuple(tensor.shape) != shape:
@@ -214,7 +205,7 @@ def mamba3_naive(
     """
     _check_shapes(x, dt, A, B, C, theta, lam, D)
     out_dtype = x.dtype
-    x, dt, A, B, C, theta, lam, D = _widen(x, dt, A, B, C, theta, lam, D)
+    x, dt, A, B, C, theta, lam, D = widen(x, dt, A, B, C, theta, lam, D)
     b, T, h, p = x.shape
     state = _initial_state(initial_state, b, h, p, B.shape[-1], theta.shape[-1], x)
     phase, B_rot, C_rot = _rotated_inputs(x, dt, B, C, theta, state.phase)
@@ -382,7 +373,7 @@ def mamba3_torch(
     """
     _check_shapes(x, dt, A, B, C, theta, lam, D)
     out_dtype = x.dtype
-    x, dt, A, B, C, theta, lam, D = _widen(x, dt, A, B, C, theta, lam, D)
+    x, dt, A, B, C, theta, lam, D = widen(x, dt, A, B, C, theta, lam, D)
     b, T, h, p = x.shape
     state = _initial_state(initial_state, b, h, p, B.shape[-1], theta.shape[-1], x)
 
@@ -432,7 +423,7 @@ def mamba3_step(
     """
     _check_shapes(x, dt, A, B, C, theta, lam, D, token=True)
     out_dtype = x.dtype
-    x, dt, A, B, C, theta, lam, D = _widen(x, dt, A, B, C, theta, lam, D)
+    x, dt, A, B, C, theta, lam, D = widen(x, dt, A, B, C, theta, lam, D)
     b, h, p = x.shape
     state = _initial_state(state, b, h, p, B.shape[-1], theta.shape[-1], x)
     phase = state.phase + dt[..., None] * theta  # phi_t, (b h r)
@@ -454,11 +445,6 @@ def mamba3_step(
 
 MAMBA3_BACKENDS = {"naive": mamba3_naive, "torch": mamba3_torch}
 MAMBA3_STEP_BACKENDS = {"naive": mamba3_step, "torch": mamba3_step}
-
-
-def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
-    """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y))."""
-    return y + torch.log(-torch.expm1(-y))
 
 
 def rotation_angles(d_state: int) -> int:
@@ -529,7 +515,7 @@ class Mamba3Mixer(nn.Module):
 
         log_dt = torch.rand(self.nheads) * (math.log(dt_max) - math.log(dt_min))
         dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (h)
-        self.dt_bias = nn.Parameter(_inverse_softplus(dt))
+        self.dt_bias = nn.Parameter(inverse_softplus(dt))
         A = torch.empty(self.nheads).uniform_(*A_init_range)  # (h)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(self.nheads))

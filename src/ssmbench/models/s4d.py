@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
-from ssmbench.models.common import pick_backend
+from ssmbench.models.common import pick_backend, widen
 
 S4DCache = tuple[torch.Tensor]  # (ssm_state (b, h, n) complex,)
 
@@ -262,11 +262,6 @@ S4D_BACKENDS = {"naive": s4d_naive, "torch": s4d_fft}
 S4D_STEP_BACKENDS = {"naive": s4d_step, "torch": s4d_step}
 
 
-def _widen(x: torch.Tensor) -> torch.Tensor:
-    """float32 for half-precision parameters (complex half is not supported), else x."""
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-
-
 class S4DMixer(nn.Module):
     """The S4D layer of the S4 repo's standalone ``s4d.py`` (its example block), in our
     ``(b, t, h)`` layout, with the residual and norm left to :class:`ResidualStack`:
@@ -306,8 +301,10 @@ class S4DMixer(nn.Module):
 
     def _ssm_params(self) -> tuple[torch.Tensor, ...]:
         """(log_dt, A, C, D) for the operator, A and C complex in float32 at least."""
-        A = torch.complex(-torch.exp(_widen(self.log_A_real)), _widen(self.A_imag))  # (H n)
-        C = torch.view_as_complex(_widen(self.C).contiguous())  # (H n)
+        # complex half is not supported: half-precision parameters are widened to float32
+        log_A_real, A_imag, C = widen(self.log_A_real, self.A_imag, self.C)
+        A = torch.complex(-torch.exp(log_A_real), A_imag)  # (H n)
+        C = torch.view_as_complex(C.contiguous())  # (H n)
         return self.log_dt, A, C, self.D
 
     def _output(self, y: torch.Tensor) -> torch.Tensor:
