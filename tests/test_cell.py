@@ -122,3 +122,37 @@ def test_command_line_rejects_bad_arguments():
         cmd + ["--seq-len", "8", "--preset", "tpu"], capture_output=True, text=True
     )
     assert bad.returncode != 0 and "unknown preset 'tpu'" in bad.stderr
+
+
+@pytest.mark.slow
+def test_compile_backend_verifies_and_measures():
+    verify = run_verify("attention", "compile", "cpu", ["fp32"])
+    assert verify["status"] == "passed", verify["reason"]
+    r = run_cell(spec(model="attention", backend="compile", d_state=0), verify=verify, threads=1)
+    assert r.status == "ok", r.reason
+    assert r.n_samples == 3
+
+
+def test_compile_that_cannot_build_is_unavailable(monkeypatch):
+    import torch
+
+    from ssmbench import ops
+    from ssmbench.models import common
+
+    def no_compiler(fn, *args, **kwargs):
+        def fail(*a, **k):
+            raise RuntimeError("InvalidCxxCompiler: no working C++ compiler found")
+
+        return fail
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    monkeypatch.setattr(common, "_COMPILED", {})
+    q = torch.randn(1, 5, 2, 4)
+    with pytest.raises(common.BackendUnavailable, match="InvalidCxxCompiler"):
+        ops.attention(q, q, q, backend="compile")
+    verify = run_verify("attention", "compile", "cpu", ["fp32"])
+    assert verify["status"] == "unavailable" and "torch.compile of" in verify["reason"]
+    r = run_cell(spec(model="attention", backend="compile", d_state=0), verify=verify)
+    assert r.status == "unavailable" and "InvalidCxxCompiler" in r.reason
+    r = run_cell(spec(model="attention", backend="compile", d_state=0), verify=None)
+    assert r.status == "unavailable" and "InvalidCxxCompiler" in r.reason

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def common(p):
         p.add_argument("--model", required=True, choices=FAMILIES)
-        p.add_argument("--backend", required=True, choices=["naive", "torch"])
+        p.add_argument("--backend", required=True, choices=["naive", "torch", "compile"])
         p.add_argument("--preset", default="cpu", help="size, timing and device (default: cpu)")
         p.add_argument("--device", choices=["cpu", "cuda"], help="default: the preset's")
         p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])

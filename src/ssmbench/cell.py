@@ -63,6 +63,13 @@ def is_oom(error: BaseException) -> bool:
     )
 
 
+def _unavailable(error: BaseException) -> bool:
+    """A backend that cannot run here (e.g. torch.compile without a working compiler)."""
+    from ssmbench.models.common import BackendUnavailable
+
+    return isinstance(error, BackendUnavailable)
+
+
 def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: int = 0) -> dict:
     """Check (model, backend) against the float64 reference on ``device`` in each dtype.
 
@@ -90,7 +97,10 @@ def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: i
             try:
                 result = verify_backend(model, backend, device=device, dtype=dtype, seed=seed)
             except Exception as e:  # a crash in a backend is a failed verification
-                record.update(status="failed", reason=f"{dtype}: {type(e).__name__}: {e}")
+                if _unavailable(e):
+                    record.update(status="unavailable", reason=str(e))
+                else:
+                    record.update(status="failed", reason=f"{dtype}: {type(e).__name__}: {e}")
                 break
             record["checks"] += result["checks"]
         failed = [c for c in record["checks"] if not c["ok"]]
@@ -140,8 +150,11 @@ def run_cell(spec: CellSpec, verify: dict | None = None, threads: int | None = N
     try:
         _measure_into(record, spec, verify, threads)
     except Exception as e:
-        record.status = "oom" if is_oom(e) else "failed"
-        record.reason = f"{type(e).__name__}: {e}".strip()
+        if _unavailable(e):
+            record.status, record.reason = "unavailable", str(e)
+        else:
+            record.status = "oom" if is_oom(e) else "failed"
+            record.reason = f"{type(e).__name__}: {e}".strip()
     record.ended = now()
     return record
 

@@ -18,7 +18,10 @@ from ssmbench.config import Size
 from ssmbench.models.common import ResidualStack
 
 FAMILIES = ("attention", "mamba", "s4d", "mamba2", "mamba3", "deltanet", "hybrid")
+# Eager backends every family implements; "compile" is torch.compile of "torch" (made by
+# models.common.pick_backend), kept apart because compiling costs seconds per shape.
 BACKENDS = ("naive", "torch")
+ALL_BACKENDS = (*BACKENDS, "compile")
 DTYPES = {
     "fp64": torch.float64,
     "fp32": torch.float32,
@@ -26,7 +29,7 @@ DTYPES = {
     "bf16": torch.bfloat16,
 }
 
-__all__ = ["BACKENDS", "DTYPES", "FAMILIES", "ResidualStack", "build_model"]
+__all__ = ["ALL_BACKENDS", "BACKENDS", "DTYPES", "FAMILIES", "ResidualStack", "build_model"]
 
 
 def build_model(
@@ -47,8 +50,8 @@ def build_model(
     """
     if model not in FAMILIES:
         raise ValueError(f"unknown model {model!r}; known: {list(FAMILIES)}")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; known: {list(BACKENDS)}")
+    if backend not in ALL_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; known: {list(ALL_BACKENDS)}")
     family = importlib.import_module(f"ssmbench.models.{model}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -25,11 +25,51 @@ def inverse_softplus(y: torch.Tensor) -> torch.Tensor:
     return y + torch.log(-torch.expm1(-y))
 
 
+class BackendUnavailable(RuntimeError):
+    """A backend that cannot run on this machine; a cell records it as ``unavailable``."""
+
+
 def pick_backend(table: dict[str, Callable], backend: str, op: str) -> Callable:
-    """``table[backend]``, or a ValueError naming the op, the bad value and the known ones."""
+    """``table[backend]``; for ``compile``, torch.compile of ``table["torch"]``; else a
+    ValueError naming the op, the bad value and the known ones."""
+    if backend == "compile" and "torch" in table:
+        return compiled(table["torch"])
     if backend not in table:
-        raise ValueError(f"unknown backend {backend!r} for {op}; known: {sorted(table)}")
+        known = sorted(table) + (["compile"] if "torch" in table else [])
+        raise ValueError(f"unknown backend {backend!r} for {op}; known: {known}")
     return table[backend]
+
+
+_COMPILED: dict[Callable, Callable] = {}
+
+
+def compiled(fn: Callable) -> Callable:
+    """``torch.compile(fn)``, made once per function and process.
+
+    Compilation happens at the first call (Dynamo traces, Inductor generates and builds
+    kernels; on a CPU that needs a working C++ compiler).  If that first call fails, the
+    backend cannot run here: :class:`BackendUnavailable` says why.  Errors of later calls
+    pass through unchanged.
+    """
+    if fn not in _COMPILED:
+        graph = torch.compile(fn)
+        state = {"ok": False}
+
+        def run(*args, **kwargs):
+            if state["ok"]:
+                return graph(*args, **kwargs)
+            try:
+                out = graph(*args, **kwargs)
+            except Exception as e:
+                message = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+                raise BackendUnavailable(
+                    f"torch.compile of {fn.__name__} failed: {type(e).__name__}: {message}"
+                ) from e
+            state["ok"] = True
+            return out
+
+        _COMPILED[fn] = run
+    return _COMPILED[fn]
 
 
 class RMSNorm(nn.Module):
