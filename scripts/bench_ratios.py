@@ -112,6 +112,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--families", nargs="*", default=list(FAMILIES))
+    parser.add_argument(
+        "--compile", action="store_true", help="also time torch.compile of torch (slow to build)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cpu = plan(load(overrides={"preset": "cpu"}))
@@ -123,12 +126,15 @@ def main() -> None:
     with torch.inference_mode():
         for family in args.families:
             run, flop = op_inputs(family, args.seq_len, cpu.size, 16, gen)
-            for be in ("naive", "torch"):  # warm-up
+            backends = ("naive", "torch", "compile") if args.compile else ("naive", "torch")
+            for be in backends:  # warm-up (and compilation)
                 run(be)
-            naive_ms, torch_ms = [], []
-            for _ in range(args.samples):  # interleaved: both see the same machine
+            naive_ms, torch_ms, compile_ms = [], [], []
+            for _ in range(args.samples):  # interleaved: all see the same machine
                 naive_ms.append(time_once_ms(run, "naive"))
                 torch_ms.append(time_once_ms(run, "torch"))
+                if args.compile:
+                    compile_ms.append(time_once_ms(run, "compile"))
             naive, fast = statistics.median(naive_ms), statistics.median(torch_ms)
             gflops = flop / fast / 1e6
             speedups.append(naive / fast)
@@ -136,6 +142,12 @@ def main() -> None:
                 f"{family:10s} T={args.seq_len} naive_ms={naive:9.2f} torch_ms={fast:8.2f} "
                 f"speedup={naive / fast:7.1f}x torch_gflops={gflops:6.1f} "
                 f"of_matmul={gflops / peak:6.1%}"
+                + (
+                    f" compile_ms={statistics.median(compile_ms):8.2f} "
+                    f"compile_speedup={naive / statistics.median(compile_ms):6.1f}x"
+                    if compile_ms
+                    else ""
+                )
             )
     print(f"min_speedup={min(speedups):.1f}")
 
