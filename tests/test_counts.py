@@ -106,8 +106,8 @@ def test_minimum_bytes_and_intensity():
     assert c.weights_bytes == counts.n_params("mamba", size, 4) * 4
     assert c.intensity == pytest.approx(c.flop / c.bytes)
     assert counts.counts("mamba", "prefill", size, 1, 64, 4, "bf16").bytes == c.bytes / 2
-    with pytest.raises(ValueError, match="phase 'decode'"):
-        counts.counts("mamba", "decode", size, 1, 64, 4, "fp32")
+    with pytest.raises(ValueError, match="phase 'serve'"):
+        counts.counts("mamba", "serve", size, 1, 64, 4, "fp32")
     with pytest.raises(ValueError, match="model 'rwkv'"):
         counts.n_params("rwkv", size, 4)
 
@@ -120,3 +120,58 @@ def test_hybrid_is_the_sum_of_its_layers():
     at = counts.prefill_terms("attention", one, 1, 32, D_STATE)
     assert hybrid["proj"] == 2 * m2["proj"] + at["proj"]
     assert hybrid["attention"] == at["attention"] and hybrid["scan"] == 2 * m2["scan"]
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_decode_step_flops_and_cache(model):
+    """One step after a prefill of T tokens: the Linear layers see one token per sequence,
+    attention's matmuls span the T cached keys and the new one, and the step returns the
+    cache the counts expect."""
+    size, batch, seq_len = SIZES[1], 2, 13
+    m = build_model(model, size, D_STATE, "naive")
+    with torch.no_grad():
+        _, caches = m(torch.randn(batch, seq_len, size.d_model))
+    x_t = torch.randn(batch, size.d_model)
+    terms = counts.decode_terms(model, size, batch, seq_len, D_STATE)
+    # step() bypasses the stack's __call__, so FlopCounterMode cannot name modules here:
+    # hooks add up what each Linear executes (2 x rows x in x out).
+    linear = []
+    hooks = [
+        mod.register_forward_hook(
+            lambda mod, inp, out: linear.append(2 * inp[0].numel() * mod.out_features)
+        )
+        for mod in m.modules()
+        if isinstance(mod, torch.nn.Linear)
+    ]
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        _, new_caches = m.step(x_t, caches)
+    for hook in hooks:
+        hook.remove()
+    executed = sum(linear)
+    if model == "mamba":  # dt_proj's weight is applied by einsum, outside the module
+        executed += size.n_layers * 2 * batch * counts.dt_rank(size) * size.d_inner
+    assert executed == terms["proj"]
+    if model == "attention":
+        assert counter.get_total_flops() == terms["proj"] + terms["attention"]
+
+    def elements(obj) -> int:
+        if torch.is_tensor(obj):
+            return obj.numel() * (2 if obj.is_complex() else 1)
+        return sum(elements(o) for o in obj)
+
+    step_cache = sum(x.cache for x in counts._layers(model, size, D_STATE, batch, seq_len, True))
+    assert elements(new_caches) == step_cache
+
+
+def test_train_and_decode_bytes():
+    size = SIZES[0]
+    fwd = counts.counts("attention", "prefill", size, 2, 64, 0, "fp32")
+    train = counts.counts("attention", "train", size, 2, 64, 0, "fp32")
+    assert train.flop == 3 * fwd.flop and train.tokens == fwd.tokens == 128
+    assert train.bytes == 2 * fwd.weights_bytes + 2 * 64 * size.d_model * 4
+    dec = counts.counts("attention", "decode", size, 2, 64, 0, "fp32")
+    new_kv = size.n_layers * 2 * 2 * size.n_heads * size.head_dim * 4
+    assert dec.tokens == 2 and dec.cache_bytes == fwd.cache_bytes
+    assert dec.bytes == dec.weights_bytes + 2 * 2 * size.d_model * 4 + dec.cache_bytes + new_kv
+    ssm = counts.counts("mamba2", "decode", size, 2, 64, 6, "fp32")
+    assert ssm.bytes == ssm.weights_bytes + 2 * 2 * size.d_model * 4 + 2 * ssm.cache_bytes

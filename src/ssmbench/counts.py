@@ -77,20 +77,35 @@ class Layer:
     terms: dict
 
 
-def layer(model: str, size: Size, d_state: int, index: int, batch: int, seq_len: int) -> Layer:
-    """Counts of block ``index`` of ``model`` over ``batch x seq_len`` tokens."""
-    bT, D, N = batch * seq_len, size.d_model, d_state
+def layer(
+    model: str,
+    size: Size,
+    d_state: int,
+    index: int,
+    batch: int,
+    seq_len: int,
+    decode: bool = False,
+) -> Layer:
+    """Counts of block ``index`` of ``model`` over ``batch x seq_len`` tokens, or with
+    ``decode`` for one new token per sequence after ``seq_len`` cached ones (the cache
+    counted is then the one the step returns)."""
+    bT = batch if decode else batch * seq_len  # tokens this pass computes
+    D, N = size.d_model, d_state
     E, k = size.expand * D, size.d_conv
     if model == "hybrid":
         model = "attention" if layer_kind(size, index) == "A" else "mamba2"
     if model == "attention":
         h, d = size.n_heads, size.head_dim
+        if decode:  # one query against the T cached keys and its own: QK^T and PV
+            attention = 4 * batch * h * (seq_len + 1) * d
+        else:
+            attention = 4 * batch * h * seq_len * seq_len * d / 2  # causal: half
         return Layer(
             params=D + 3 * D * h * d + h * d * D,
-            cache=2 * bT * h * d,
+            cache=2 * batch * (seq_len + decode) * h * d,
             terms={
                 "proj": 2 * bT * D * 3 * h * d + 2 * bT * h * d * D,
-                "attention": 4 * batch * h * seq_len * seq_len * d / 2,  # causal: half
+                "attention": attention,
             },
         )
     if model == "mamba":
@@ -156,8 +171,10 @@ def layer_kind(size: Size, index: int) -> str:
     return size.hybrid_pattern[index % len(size.hybrid_pattern)]
 
 
-def _layers(model: str, size: Size, d_state: int, batch: int, seq_len: int) -> list[Layer]:
-    return [layer(model, size, d_state, i, batch, seq_len) for i in range(size.n_layers)]
+def _layers(
+    model: str, size: Size, d_state: int, batch: int, seq_len: int, decode: bool = False
+) -> list[Layer]:
+    return [layer(model, size, d_state, i, batch, seq_len, decode) for i in range(size.n_layers)]
 
 
 def n_params(model: str, size: Size, d_state: int) -> int:
@@ -182,6 +199,18 @@ def prefill_terms(model: str, size: Size, batch: int, seq_len: int, d_state: int
 def prefill_flop(model: str, size: Size, batch: int, seq_len: int, d_state: int) -> float:
     """FLOPs of a forward pass over ``seq_len`` tokens: the sum of :func:`prefill_terms`."""
     return float(sum(prefill_terms(model, size, batch, seq_len, d_state).values()))
+
+
+def decode_terms(model: str, size: Size, batch: int, seq_len: int, d_state: int) -> dict:
+    """FLOPs of one decode step per sequence after ``seq_len`` cached tokens, by term: the
+    projections and convs of one token, the recurrence of one token (the per-token counts
+    of the module docstring), and for attention ``4 b h (T + 1) d`` (QK^T and PV of one
+    query over T + 1 keys; nothing is halved)."""
+    terms: dict[str, float] = {}
+    for x in _layers(model, size, d_state, batch, seq_len, decode=True):
+        for name, value in x.terms.items():
+            terms[name] = terms.get(name, 0) + value
+    return terms
 
 
 # Operators alone, as executed by their `torch` forms (scripts/bench_ratios.py).
@@ -236,17 +265,44 @@ def delta_rule_op_flop(b: int, t: int, h: int, dk: int, dv: int, chunk: int) -> 
 def counts(
     model: str, phase: str, size: Size, batch: int, seq_len: int, d_state: int, dtype: str
 ) -> Counts:
-    """FLOPs, minimum bytes and tokens of one cell."""
-    if phase != "prefill":
-        raise ValueError(f"no counts for phase {phase!r} yet")
+    """FLOPs, minimum bytes and tokens of one cell.
+
+    * prefill: the forward pass; bytes = weights + x in + y out + the cache it returns.
+    * decode: one token per sequence given a cache of ``seq_len`` tokens; bytes = weights
+      + x_t in + y_t out + the cache read + what the step writes (an SSM rewrites its
+      whole state; attention appends one key and value per layer).
+    * train: forward and backward, counted as 3x the forward (the backward pass costs
+      twice the forward: Kaplan et al. 2020, arXiv 2001.08361, section 2.1); bytes =
+      weights read + their gradients written + x in.
+    """
     width = DTYPE_BYTES[dtype]
     weights = n_params(model, size, d_state) * width
     cache = cache_elements(model, size, batch, seq_len, d_state) * width
-    activations_io = 2 * batch * seq_len * size.d_model * width  # x in, y out
+    D = size.d_model
+    if phase == "prefill":
+        flop = prefill_flop(model, size, batch, seq_len, d_state)
+        moved = weights + 2 * batch * seq_len * D * width + cache  # x in, y out, cache out
+        tokens = batch * seq_len
+    elif phase == "decode":
+        flop = float(sum(decode_terms(model, size, batch, seq_len, d_state).values()))
+        written = 0
+        for i, x in enumerate(_layers(model, size, d_state, batch, seq_len)):
+            kind = layer_kind(size, i) if model == "hybrid" else model
+            written += (
+                2 * batch * size.n_heads * size.head_dim if kind in ("attention", "A") else x.cache
+            )
+        moved = weights + 2 * batch * D * width + cache + written * width
+        tokens = batch
+    elif phase == "train":
+        flop = 3 * prefill_flop(model, size, batch, seq_len, d_state)
+        moved = 2 * weights + batch * seq_len * D * width
+        tokens = batch * seq_len
+    else:
+        raise ValueError(f"no counts for phase {phase!r}; known: prefill, decode, train")
     return Counts(
-        flop=prefill_flop(model, size, batch, seq_len, d_state),
-        bytes=float(weights + activations_io + cache),
+        flop=float(flop),
+        bytes=float(moved),
         weights_bytes=float(weights),
         cache_bytes=float(cache),
-        tokens=batch * seq_len,
+        tokens=tokens,
     )
