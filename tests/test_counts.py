@@ -12,9 +12,17 @@ from ssmbench.models import FAMILIES, build_model
 
 SIZES = [
     Size(d_model=32, n_layers=2, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16),
-    Size(d_model=48, n_layers=3, n_heads=3, head_dim=16, expand=2, d_conv=3, chunk=8,
-         hybrid_pattern="MAM"),
-]  # fmt: skip
+    Size(
+        d_model=48,
+        n_layers=3,
+        n_heads=3,
+        head_dim=16,
+        expand=2,
+        d_conv=3,
+        chunk=8,
+        hybrid_pattern="MAM",
+    ),
+]
 IDS = ["D32-L2", "D48-L3"]
 D_STATE = 6
 

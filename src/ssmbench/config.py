@@ -54,6 +54,13 @@ class Size:
         """The Mamba-1 inner width, E * D."""
         return self.expand * self.d_model
 
+    def layer_kind(self, index: int) -> str:
+        """``"M"`` (Mamba-2) or ``"A"`` (attention): layer ``index`` of the hybrid."""
+        pattern = self.hybrid_pattern
+        if not pattern or set(pattern) - {"M", "A"}:
+            raise ValueError(f"hybrid_pattern must be a string of M and A, got {pattern!r}")
+        return pattern[index % len(pattern)]
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -109,7 +116,6 @@ class Plan:
     source: str = "live"
     mem_mb: int = 8000
     precollected_dir: str = "results/precollected"
-    description: str = ""
     pairs: tuple[tuple[str, str], ...] = field(default=())
 
     def figure_cells(self, figure: str) -> list[Cell]:
@@ -220,7 +226,6 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         source=source,
         mem_mb=preset.get("mem_mb", 8000),
         precollected_dir=config.get("precollected_dir", "results/precollected"),
-        description=preset.get("description", ""),
         pairs=tuple(sorted({(c.model, c.backend) for c in cells})),
     )
 

@@ -63,18 +63,23 @@ def dt_rank(size: Size) -> int:
 
 
 def rotation_pairs(d_state: int) -> int:
-    """State pairs Mamba-3 rotates: n/4 (mamba_ssm's rope_fraction 0.5), at least one."""
+    """State pairs the Mamba-3 block rotates (the block uses this function too): mamba_ssm's
+    default ``rope_fraction = 0.5`` rotates half the state channels, n/4 pairs, at least
+    one pair when n >= 2."""
     return min(d_state // 2, max(1, d_state // 4))
 
 
 @dataclass(frozen=True)
 class Layer:
     """One residual block: its parameters (its RMSNorm included), the cache it returns
-    (elements, complex counted as two), and its forward FLOPs term by term."""
+    (elements, complex counted as two), its forward FLOPs term by term, and the cache
+    elements one decode step writes (``None``: the whole cache, as an SSM rewrites its
+    state)."""
 
     params: int
     cache: int
     terms: dict
+    step_writes: int | None = None
 
 
 def layer(
@@ -93,7 +98,7 @@ def layer(
     D, N = size.d_model, d_state
     E, k = size.expand * D, size.d_conv
     if model == "hybrid":
-        model = "attention" if layer_kind(size, index) == "A" else "mamba2"
+        model = "attention" if size.layer_kind(index) == "A" else "mamba2"
     if model == "attention":
         h, d = size.n_heads, size.head_dim
         if decode:  # one query against the T cached keys and its own: QK^T and PV
@@ -107,6 +112,7 @@ def layer(
                 "proj": 2 * bT * D * 3 * h * d + 2 * bT * h * d * D,
                 "attention": attention,
             },
+            step_writes=2 * batch * h * d,  # the new token's key and value
         )
     if model == "mamba":
         R = dt_rank(size)
@@ -164,11 +170,6 @@ def layer(
             },
         )
     raise ValueError(f"no counts for model {model!r}")
-
-
-def layer_kind(size: Size, index: int) -> str:
-    """``M`` or ``A``: layer ``index`` of the hybrid (``Size.hybrid_pattern``, cycled)."""
-    return size.hybrid_pattern[index % len(size.hybrid_pattern)]
 
 
 def _layers(
@@ -256,9 +257,12 @@ def delta_rule_op_flop(b: int, t: int, h: int, dk: int, dv: int, chunk: int) -> 
     c = -(-t // chunk)
     C = chunk
     per_chunk = (
-        2 * C * C * dk + 2 * C**3 / 3 + 2 * C * C * (dk + dv) + 2 * C * C * (dk + dv)
+        2 * C * C * dk
+        + 2 * C**3 / 3
+        + 2 * C * C * (dk + dv)
+        + 2 * C * C * (dk + dv)
         + 6 * C * dk * dv
-    )  # fmt: skip
+    )
     return b * h * c * per_chunk
 
 
@@ -285,12 +289,10 @@ def counts(
         tokens = batch * seq_len
     elif phase == "decode":
         flop = float(sum(decode_terms(model, size, batch, seq_len, d_state).values()))
-        written = 0
-        for i, x in enumerate(_layers(model, size, d_state, batch, seq_len)):
-            kind = layer_kind(size, i) if model == "hybrid" else model
-            written += (
-                2 * batch * size.n_heads * size.head_dim if kind in ("attention", "A") else x.cache
-            )
+        written = sum(
+            x.cache if x.step_writes is None else x.step_writes
+            for x in _layers(model, size, d_state, batch, seq_len)
+        )
         moved = weights + 2 * batch * D * width + cache + written * width
         tokens = batch
     elif phase == "train":

@@ -6,10 +6,7 @@ the functions fill them in.  Paths are relative to the workflow's working direct
 
 from __future__ import annotations
 
-RESULTS = "results"
 PRECOLLECTED = "results/precollected"
-FIGURES = "figures"
-LOGS = "logs"
 
 VERIFY = "results/{run}/verify/{model}/{backend}.json"
 CELL = "results/{run}/cells/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.json"
@@ -62,7 +59,3 @@ def figure(run: str, name: str, ext: str = "pdf") -> str:
 
 def precollected_table(run: str, name: str, precollected: str = PRECOLLECTED) -> str:
     return PRECOLLECTED_TABLE.format(precollected=precollected, run=run, table=name)
-
-
-def log(rule: str, *parts: object) -> str:
-    return "/".join([LOGS, rule, *map(str, parts)]) + ".log"

@@ -61,6 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
+from ssmbench.counts import rotation_pairs
 from ssmbench.models.common import RMSNorm, inverse_softplus, pick_backend, widen
 from ssmbench.reference.mamba3 import Mamba3State
 
@@ -447,12 +448,6 @@ MAMBA3_BACKENDS = {"naive": mamba3_naive, "torch": mamba3_torch}
 MAMBA3_STEP_BACKENDS = {"naive": mamba3_step, "torch": mamba3_step}
 
 
-def rotation_angles(d_state: int) -> int:
-    """Angles per head of the block: mamba_ssm's default ``rope_fraction = 0.5`` rotates
-    half of the state channels, n/4 pairs (at least one pair when n >= 2)."""
-    return min(d_state // 2, max(1, d_state // 4))
-
-
 class Mamba3Mixer(nn.Module):
     """The Mamba-3 SISO mixer, as mamba_ssm's ``Mamba3`` module (no short conv: Mamba-3
     drops it):
@@ -493,7 +488,7 @@ class Mamba3Mixer(nn.Module):
         self.head_dim = head_dim  # P
         self.d_inner = self.nheads * head_dim
         self.d_state = d_state  # N
-        self.n_angles = rotation_angles(d_state)  # R
+        self.n_angles = rotation_pairs(d_state)  # R
         self.chunk_size = chunk_size
 
         # order [z, x, B, C, dt, lam, theta], as mamba_ssm's less its dd_A
