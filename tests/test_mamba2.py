@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from ssmbench import ops, reference
 from ssmbench.config import Size
 from ssmbench.models import BACKENDS, DTYPES
-from ssmbench.models.mamba2 import SSD_BACKENDS, Mamba2Mixer, build_mixer
+from ssmbench.models.mamba2 import FACTOR_LIMIT, SSD_BACKENDS, Mamba2Mixer, build_mixer
 from ssmbench.numerics import assert_close, to_numpy
 
 # (b, t, h, p, g, n): T = 1; lengths that no chunk size below divides (63, 70) and one that
@@ -139,6 +139,38 @@ def test_ssd_many_chunks(decay_scale, chunk_size):
         y, h = ops.ssd(*args, **kwargs, chunk_size=chunk_size, backend=backend)
         assert_close(f"y[{backend}]", ref_y, y, "fp32")
         assert_close(f"final_state[{backend}]", ref_h, h, "fp32")
+
+
+@pytest.mark.parametrize("g", [1, 4], ids=["shared-BC", "BC-per-head"])
+def test_ssd_steep_and_gentle_chunks_together(g):
+    """Heads whose decay over a chunk is too steep for the split factors of chunked_scan
+    (R > 2 FACTOR_LIMIT: recomputed exactly) beside heads that are not, and a burst of
+    large dt inside an otherwise gentle sequence: every (chunk, head) takes the path its
+    own decay calls for, and all of them match the reference, values and gradients."""
+    args, kwargs = ssd_inputs((2, 150, 4, 6, g, 5), seed=11, dtype=torch.float64)
+    x, dt, A, B, C = args
+    A = A * torch.tensor([1.0, 40.0, 1.0, 300.0], dtype=A.dtype)  # heads 1 and 3 steep
+    dt = dt.clone()
+    dt[1, 40:50] += 25.0  # one batch row: a burst steep for every head
+    args = (x, dt, A, B, C)
+    steep = (-(dt * A).unflatten(1, (-1, 30)).sum(2)) > 2 * FACTOR_LIMIT  # (b c h) at Q = 30
+    assert steep.any() and not steep.all()
+    ref_y, ref_h = reference_ssd(args, kwargs)
+    leaves = [*args, kwargs["D"], kwargs["initial_state"]]
+    grads = {}
+    for backend in BACKENDS:
+        for leaf in leaves:
+            leaf.requires_grad_(True)
+            leaf.grad = None
+        y, h = ops.ssd(*args, **kwargs, chunk_size=30, backend=backend)
+        assert_close(f"y[{backend}]", ref_y, y.detach(), "fp64")
+        assert_close(f"final_state[{backend}]", ref_h, h.detach(), "fp64")
+        (y.square().sum() + h.sum()).backward()
+        grads[backend] = [leaf.grad.clone() for leaf in leaves]
+    for name, ref, out in zip("x dt A B C D h0".split(), grads["naive"], grads["torch"]):
+        # float64 round-off on gradients up to ~1e3: held to 1e-10 of the largest one
+        err = (out - ref).abs().max().item()
+        assert err <= 1e-10 * ref.abs().max().item(), f"grad_{name}: max_abs_err={err:.2e}"
 
 
 @pytest.mark.parametrize("dtype", ["fp64", "fp16", "bf16"])

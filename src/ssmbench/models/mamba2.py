@@ -184,6 +184,161 @@ def _segsum_decay_exact(a: torch.Tensor) -> torch.Tensor:
     return _decay(segsum) * causal  # (... i j)
 
 
+# The two factors of an in-chunk decay are kept within e^+-60 (see chunked_scan): with
+# both in float32's normal range, so is their product with any input they scale.
+FACTOR_LIMIT = 60.0
+
+
+def _exp_within(log_value: torch.Tensor, limit: float = FACTOR_LIMIT) -> torch.Tensor:
+    """exp(log_value) with the argument clamped to [-limit, limit] first."""
+    return log_value.clamp(-limit, limit).exp_()
+
+
+def chunked_scan(
+    x: torch.Tensor,
+    log_decay: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    initial_state: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    skip: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunked SSD algorithm (Dao & Gu 2024, section 6 and Listing 1) for
+
+        h_t = exp(a_t) h_{t-1} + w_t x_t B_t^T,    y_t = h_t C_t + k_t x_t,
+
+    shared by Mamba-2 (w = dt, a = dt A, k = D) and Mamba-3 (w and k from the trapezoid).
+
+    The sequence is cut into c chunks of Q = ``chunk_size`` tokens (the last one padded
+    with a = 0 and x = 0, which leave the state alone), and the listing's four blocks
+    are batched matmuls:
+
+    1. inside a chunk, ``Y_diag[l] = sum_{s <= l} exp(cum_l - cum_s) (C_l . B_s) w_s x_s``,
+       ``cum`` the chunk's inclusive prefix sum of a.  The decay is split around the
+       middle m of the chunk's log-decay range, ``exp(cum_l - m) exp(m - cum_s)`` (the
+       rank-one form of a semiseparable block; GLA, Yang et al. 2023, section 4, splits
+       its decays the same way), so no ``(head, l, s)`` decay matrix is built: the
+       factors scale x and y when a group of r > 1 heads shares B and C (then one
+       ``(l, s) @ (s, r p)`` matmul serves the group), else B and C themselves;
+    2. each chunk's state from a zero start, ``S = exp(m) B^T (exp(m - cum_s) w_s x_s)``;
+    3. between chunks, the state entering each chunk: one matmul with the decay matrix of
+       the chunk totals (a stable segment sum, exact over many chunks);
+    4. state to output, ``Y_off[l] = exp(cum_l - m) C_l (exp(m) H)``, added to Y_diag.
+
+    For a chunk of total log-decay -R the factors lie within e^+-R/2.  Where R exceeds
+    ``2 FACTOR_LIMIT`` (a head that forgets within the chunk: float32 cannot hold its
+    factors) that head's chunk is recomputed with the exact decay matrix,
+    ``exp(cum_l - cum_s)``, floored at e^LOG_DECAY_FLOOR.
+
+    Args:
+        x: ``(b, t, h, p)``; log_decay: ``(b, t, h)``, a_t <= 0; B, C: ``(b, t, g, n)``,
+            h divisible by g (head = g * (h / g) + r); initial_state: ``(b, h, p, n)`` or
+            None for zeros; weight: ``(b, t, h)`` or None for 1; skip: ``(h,)``,
+            ``(b, t, h)`` or None.  One float dtype of at least 32 bits.
+        chunk_size: Q; any positive value gives the same result.
+
+    Returns:
+        y ``(b, t, h, p)`` and the final state ``(b, h, p, n)``.
+    """
+    b, T, h, p = x.shape
+    g, n = B.shape[-2:]
+    r = h // g
+    Q = max(1, min(chunk_size, T))  # a short sequence is one chunk, unpadded
+    pad = -T % Q
+    c = (T + pad) // Q
+    if pad:
+        x, B, C = (F.pad(v, (0, 0, 0, 0, 0, pad)) for v in (x, B, C))  # (b cQ . .)
+        log_decay = F.pad(log_decay, (0, 0, 0, pad))  # (b cQ h)
+        if weight is not None:
+            weight = F.pad(weight, (0, 0, 0, pad))  # (b cQ h)
+        if skip is not None and skip.dim() == 3:
+            skip = F.pad(skip, (0, 0, 0, pad))  # (b cQ h)
+    bgc = b * g * c
+
+    def by_group(v: torch.Tensor) -> torch.Tensor:
+        """(b c l g ...) -> (bgc, l, ...): a matmul operand; a view when g == 1."""
+        return v.movedim(3, 1).reshape(bgc, Q, -1)
+
+    # token-major chunked views: (b c l g r .)
+    X = x.view(b, c, Q, g, r, p)
+    B = B.view(b, c, Q, g, n)
+    C = C.view(b, c, Q, g, n)
+    cum = torch.cumsum(log_decay.view(b, c, Q, g, r), dim=2)  # (b c l g r), <= 0
+    total = cum[:, :, -1:]  # (b c 1 g r), the chunk's log-decay -R
+    middle = 0.5 * total  # (b c 1 g r), m
+    w_in = _exp_within(middle - cum)  # (b c l g r), exp(m - cum_s)
+    if weight is not None:
+        w_in = w_in * weight.view(b, c, Q, g, r)  # (b c l g r), w_s exp(m - cum_s)
+    w_out = _exp_within(cum - middle)  # (b c l g r), exp(cum_l - m)
+    # per (b g c r): exp(m), with m floored so that a steep chunk's stays normal
+    to_mid = _exp_within(middle[:, :, 0]).movedim(2, 1)  # (b g c r)
+    if r == 1:  # B and C per head: scale them (n wide) rather than x and y (p wide)
+        Bs, Cs, Xs = B * w_in, C * w_out, X[..., 0, :]  # (b c l g n), (b c l g n), (b c l g p)
+    else:
+        Bs, Cs, Xs = B, C, X * w_in[..., None]  # (b c l g n), (b c l g n), (b c l g r p)
+
+    Bs, Cs, Xs = by_group(Bs), by_group(Cs), by_group(Xs)  # (bgc l n), (bgc l n), (bgc l rp)
+
+    # 1. diagonal blocks: tril(C B^T) x, with the split decay on the operands
+    CB = torch.bmm(Cs, Bs.mT).tril_()  # (bgc l s), s <= l
+    Y = torch.bmm(CB, Xs)  # (bgc l rp)
+
+    # 2. chunk states, transposed (n, r p): S = exp(m) B^T x  (the factors from 1.)
+    S = torch.bmm(Bs.mT, Xs).view(b, g, c, n, r, p)
+    S = S.mul_(to_mid[:, :, :, None, :, None])  # (b g c n r p)
+
+    steep = (total[:, :, 0] < -2 * FACTOR_LIMIT).movedim(2, 1)  # (b g c r)
+    if steep.any():
+        ib, ig, ic, ir = steep.nonzero(as_tuple=True)  # k (chunk, head) pairs
+        cum_k = cum[ib, ic, :, ig, ir]  # (k l)
+        x_k = X[ib, ic, :, ig, ir]  # (k s p)
+        if weight is not None:
+            x_k = x_k * weight.view(b, c, Q, g, r)[ib, ic, :, ig, ir][..., None]
+        B_k, C_k = B[ib, ic, :, ig], C[ib, ic, :, ig]  # (k s n), (k l n)
+        to_end = _decay(cum_k[:, -1:] - cum_k)  # (k s), exp(cum_Q - cum_s)
+        S[ib, ig, ic, :, ir] = B_k.mT @ (x_k * to_end[..., None])  # (k n p), exact
+
+    # 3. between chunks: H_z = sum_{j <= z} exp(total of chunks j+1 .. z) S'_j on the
+    # chunk boundaries z = 0 .. c, with S'_0 the initial state and S'_j = S_{j-1}
+    S = S.permute(0, 1, 4, 2, 3, 5)  # (b g r c n p)
+    if initial_state is None:
+        h0 = S.new_zeros(b, g, r, 1, n, p)
+    else:
+        h0 = initial_state.view(b, g, r, 1, p, n).transpose(-1, -2)  # (b g r 1 n p)
+    S = torch.cat([h0, S], dim=3).flatten(-2)  # (b g r c+1 np)
+    totals = F.pad(total[:, :, 0].permute(0, 2, 3, 1), (1, 0))  # (b g r c+1), 0 first
+    W = _segsum_decay_exact(totals)  # (b g r c+1 c+1)
+    H = (W[..., :-1, :] @ S).view(b, g, r, c, n, p)  # (b g r c n p), entering each chunk
+    final = (W[..., -1:, :] @ S).view(b, g, r, n, p)  # (b g r n p), after the last chunk
+
+    # 4. state to output, Y += exp(cum_l - m) C_l (exp(m) H), r heads of a group at once
+    H = H.permute(0, 1, 3, 4, 2, 5)  # (b g c n r p)
+    H_mid = (H * to_mid[:, :, :, None, :, None]).reshape(bgc, n, r * p)
+    Y = Y.baddbmm_(Cs, H_mid).view(b, g, c, Q, r, p).movedim(1, 3)  # (b c l g r p)
+    if r > 1:
+        Y = Y.mul_(w_out[..., None])  # (b c l g r p)
+    if steep.any():
+        L = _segsum_decay(cum_k)  # (k l s), exp(cum_l - cum_s), 1 above the diagonal
+        CB_k = torch.bmm(C_k, B_k.mT).tril_()  # (k l s)
+        Y_k = torch.bmm(L * CB_k, x_k)  # (k l p), exact Y_diag
+        Y_k = Y_k.addcmul_(_decay(cum_k)[..., None], C_k @ H[ib, ig, ic, :, ir])  # + Y_off
+        Y[ib, ic, :, ig, ir] = Y_k
+
+    # y = Y + k x, token-major (b t h p); the pass that adds k x also does the layout
+    final = final.transpose(-1, -2).reshape(b, h, p, n)
+    Y = Y.flatten(3, 4)  # (b c l h p), a view; token-major in memory when g == 1
+    if skip is None:
+        return Y.reshape(b, c * Q, h, p)[:, :T].contiguous(), final
+    k_x = skip.view(1, 1, 1, h, 1) if skip.dim() == 1 else skip.view(b, c, Q, h, 1)
+    x = x.view(b, c, Q, h, p)
+    if torch.is_grad_enabled() and any(v.requires_grad for v in (Y, x, k_x)):
+        y = (x * k_x).add_(Y)  # (b c l h p), laid out as x
+    else:
+        y = torch.addcmul(Y, x, k_x, out=torch.empty_like(x))  # (b c l h p)
+    return y.view(b, c * Q, h, p)[:, :T].contiguous(), final
+
+
 def ssd_chunked(
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -194,27 +349,8 @@ def ssd_chunked(
     chunk_size: int = 64,
     initial_state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chunked SSD algorithm (Dao & Gu 2024, section 6 and Listing 1).
-
-    The sequence is cut into c chunks of Q = ``chunk_size`` tokens (the last one padded
-    with dt = 0, which neither decays nor adds to the state).  The semiseparable matrix
-    ``M = L o C B^T`` then splits into four blocks, numbered as in the listing:
-
-    1. diagonal blocks: the quadratic (attention-like) form inside each chunk,
-       ``Y_diag = (L o C B^T) (dt x)``;
-    2. chunk states: the state each chunk would leave from a zero start,
-       ``S_c = sum_s exp(A (dt_{s+1} + ... + dt_Q)) dt_s x_s B_s^T``;
-    3. the recurrence between chunks, on the c + 1 chunk boundaries (the initial state
-       first): ``H_z = sum_{c' <= z} exp(A (dt of chunks c'+1 .. z)) S_{c'}``, one matmul
-       with the decay matrix of the chunk decays, not a loop over chunks;
-    4. state to output: ``Y_off = exp(A (dt_1 + ... + dt_l)) C_l H_z`` from the state
-       H_z entering each chunk z;
-
-    and ``y = Y_diag + Y_off + D x``.  Every decay is the exp of a non-positive
-    log-decay clamped at LOG_DECAY_FLOOR (a decay below exp(-60) counts as exp(-60)).
-    Every block is a batched matmul over (batch, heads, chunks); inside, the heads are
-    laid out first, ``(b, g, r, c, l, p)`` with head = (g r), so that each matmul reads
-    its operands in place.
+    """SSD by the chunked algorithm (Dao & Gu 2024, section 6): :func:`chunked_scan` with
+    the input ``dt x`` and the log-decay ``dt A`` (eq. 1's discretisation), plus ``D x``.
 
     Args:
         as :func:`ssd_naive`; chunk_size: Q, any positive value gives the same result
@@ -224,79 +360,13 @@ def ssd_chunked(
         y: ``(b, t, h, p)`` in the dtype of x, and the final state ``(b, h, p, n)`` in
         float32 or wider.
     """
-    g, r = _check_shapes(x, dt, A, B, C)
+    _check_shapes(x, dt, A, B, C)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     out_dtype = x.dtype
     x, dt, A, B, C, D, initial_state = widen(x, dt, A, B, C, D, initial_state)
-    # Without a backward pass to serve, two large products are made in place or straight
-    # into their output (below): a fresh buffer of t h Q floats costs about as much as the
-    # product itself on the CPU (page faults), and the op is memory-bound outside its matmuls
-    inference = not torch.is_grad_enabled() or not any(
-        v is not None and v.requires_grad for v in (x, dt, A, B, C, D, initial_state)
-    )
-    b, T, h, p = x.shape
-    n = B.shape[-1]
-    Q = chunk_size
-    pad = -T % Q
-    c = (T + pad) // Q
-
-    # 0. cut into chunks, heads first; pad the time axis to c * Q tokens with dt = 0
-    # (decay 1, no input) and discretise (eq. 1): dt x for the input, dt A for the decay
-    x_in = F.pad(x, (0, 0, 0, 0, 0, pad)) if pad else x  # (b cQ h p)
-    dt = F.pad(dt, (0, 0, 0, pad)) if pad else dt  # (b cQ h)
-    B = F.pad(B, (0, 0, 0, 0, 0, pad)) if pad else B  # (b cQ g n)
-    C = F.pad(C, (0, 0, 0, 0, 0, pad)) if pad else C  # (b cQ g n)
-    dt = dt.reshape(b, c, Q, g, r).permute(0, 3, 4, 1, 2).contiguous()  # (b g r c l)
-    X = dt[..., None] * x_in.reshape(b, c, Q, g, r, p).permute(0, 3, 4, 1, 2, 5)  # (b g r c l p)
-    X = X.contiguous()  # already is: the contiguous dt came first
-    B = B.reshape(b, c, Q, g, n).permute(0, 3, 1, 2, 4).contiguous()  # (b g c s n)
-    C = C.reshape(b, c, Q, g, n).permute(0, 3, 1, 2, 4).contiguous()  # (b g c l n)
-    a_cumsum = torch.cumsum(dt * A.view(g, r, 1, 1), dim=-1)  # (b g r c l), log decay <= 0
-
-    # 1. diagonal blocks: Y_diag[l] = sum_{s <= l} (C_l . B_s) L[l, s] dt_s x_s
-    CB = torch.einsum("bgcln,bgcsn->bgcls", C, B).tril_()  # (b g c l s), s <= l only;
-    # shared by the r heads of a group (in place: no backward needs the matmul's output)
-    L = _segsum_decay(a_cumsum)  # (b g r c l s)
-    if inference:
-        M = L.mul_(CB[:, :, None])  # (b g r c l s), L o C B^T, in place
-    else:
-        M = L * CB[:, :, None]  # (b g r c l s), L o C B^T; the backward of exp needs L
-    Y_diag = torch.einsum("bgrcls,bgrcsp->bgrclp", M, X)  # (b g r c l p)
-
-    # 2. chunk states: S_c = sum_s exp(a_{s+1} + ... + a_Q) dt_s x_s B_s^T
-    decay_to_end = _decay(a_cumsum[..., -1:] - a_cumsum)  # (b g r c s)
-    B_decayed = B[:, :, None] * decay_to_end[..., None]  # (b g r c s n)
-    states = torch.einsum("bgrcsp,bgrcsn->bgrcpn", X, B_decayed)  # (b g r c p n)
-
-    # 3. recurrence between chunks, on the boundaries z = 0 .. c: H_z, the state after z
-    # chunks, is sum_{c' <= z} exp(a of chunks c'+1 .. z) S_c', with S_0 the initial state
-    if initial_state is None:
-        h0 = states.new_zeros(b, g, r, 1, p, n)  # (b g r 1 p n)
-    else:
-        h0 = initial_state.view(b, g, r, 1, p, n)  # (b g r 1 p n)
-    states = torch.cat([h0, states], dim=3)  # (b g r c+1 p n)
-    chunk_decay = _segsum_decay_exact(F.pad(a_cumsum[..., -1], (1, 0)))  # (b g r c+1 c+1)
-    H = torch.einsum("bgrzc,bgrcpn->bgrzpn", chunk_decay[..., :-1, :], states)  # (b g r c p n)
-    final_state = torch.einsum("bgrc,bgrcpn->bgrpn", chunk_decay[..., -1, :], states)
-    final_state = final_state.reshape(b, h, p, n)  # (b h p n), H_c
-
-    # 4. state to output: Y_off[l] = exp(a_1 + ... + a_l) C_l H_z from the state H_z
-    # entering the chunk, added onto Y_diag in the same batched matmul, over (b g r c)
-    C_decayed = C[:, :, None] * _decay(a_cumsum)[..., None]  # (b g r c l n)
-    Y = Y_diag.flatten(0, 3).baddbmm_(
-        C_decayed.flatten(0, 3), H.flatten(0, 3).transpose(1, 2)
-    )  # (bgrc l p), in place: no backward needs Y_diag itself
-
-    # the heads back inside each token: a strided view, copied once (with + D x)
-    Y = Y.view(b, g, r, c * Q, p).permute(0, 3, 1, 2, 4).reshape(b, c * Q, h, p)[:, :T]
-    if D is None:
-        y = Y.contiguous()  # (b t h p)
-    elif inference:
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (b t h p), contiguous
-        y = torch.addcmul(Y, x, D[:, None], out=y)  # + D x
-    else:
-        y = Y.contiguous().addcmul_(x, D[:, None])  # (b t h p), + D x
+    # eq. 1 discretised: the input dt x (Euler for B), the decay exp(dt A)
+    y, final_state = chunked_scan(x, dt * A, B, C, chunk_size, initial_state, weight=dt, skip=D)
     return y.to(out_dtype), final_state
 
 

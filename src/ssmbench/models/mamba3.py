@@ -39,7 +39,7 @@ Three forms that must agree (tests pin them to the NumPy reference):
   terms share one decay kernel, so they are summed into one SSD with a per-token input
   weight w_s and a diagonal correction (see :func:`mamba3_torch`); B and C are rotated by
   the cumulative phase (a cumsum); then Mamba-2's chunked SSD algorithm
-  (:func:`ssd_chunked`).
+  (:func:`ssmbench.models.mamba2.chunked_scan`).
 - ``mamba3_step``: one token, for decode.
 
 All forms compute in float32 at least (half inputs are widened), return y in the dtype of
@@ -63,6 +63,7 @@ from torch import nn
 from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
 from ssmbench.models.common import RMSNorm, inverse_softplus, pick_backend, widen
+from ssmbench.models.mamba2 import chunked_scan
 from ssmbench.reference.mamba3 import Mamba3State
 
 __all__ = [
@@ -75,7 +76,6 @@ __all__ = [
     "mamba3_step",
     "mamba3_torch",
     "rotate_pairs",
-    "ssd_chunked",
 ]
 
 
@@ -233,107 +233,6 @@ def mamba3_naive(
     return y.to(out_dtype), Mamba3State(*(part.clone() for part in last))  # own storage
 
 
-# Decays below e^-60 (~1e-26) are held there: far below float32's rounding of any sum they
-# join, and it keeps exp() and the matmuls out of subnormal floats, which run many times
-# slower on CPUs (strong decays over a 64-token chunk reach e^-100).
-_LOG_DECAY_FLOOR = -60.0
-
-
-def _decay(log_decay: torch.Tensor) -> torch.Tensor:
-    """exp(log_decay), floored at exp(-60) (see ``_LOG_DECAY_FLOOR``)."""
-    return torch.exp(log_decay.clamp(min=_LOG_DECAY_FLOOR))
-
-
-def _decay_matrix(a: torch.Tensor) -> torch.Tensor:
-    """The decay matrix ``L[..., i, j] = exp(a[..., j+1] + ... + a[..., i])`` for i >= j
-    (Dao & Gu 2024, eq. 4's 1-semiseparable matrix), and 1 above the diagonal: the caller
-    masks the factor it multiplies L with (masking L itself would cost another pass).
-
-    A stable segment sum: each entry is a cumsum of masked copies of ``a`` (as mamba_ssm's
-    ``ssd_minimal``), not a difference of two long prefix sums, which would cancel.  The
-    sums run along the last, contiguous axis, so L is returned as the transposed view of a
-    contiguous ``(..., j, i)`` tensor.  The floor and exp run in place on that fresh sum.
-
-    a: ``(..., l)`` -> ``(..., l, l)``.
-    """
-    l = a.shape[-1]
-    later = torch.ones(l, l, dtype=a.dtype, device=a.device).triu(1)  # [j, i] = 1 where i > j
-    segsum = torch.cumsum(a[..., None, :] * later, dim=-1)  # [j, i] = sum_{j<k<=i} a_k
-    return segsum.clamp_(min=_LOG_DECAY_FLOOR).exp_().mT  # (... l l)
-
-
-def ssd_chunked(
-    x: torch.Tensor,
-    log_decay: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    initial_state: torch.Tensor,
-    chunk_size: int,
-    diagonal: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chunked SSD algorithm (Dao & Gu 2024, arXiv 2405.21060, section 6 and its
-    listing 1) for ``h_t = exp(a_t) h_{t-1} + x_t B_t^T``, ``y_t = h_t C_t + d_t x_t``,
-    with B and C per head; B carries the input weight (dt in Mamba-2).  No Python loop
-    over time or chunks: five batched matmuls.  Inside, the chunks are laid out
-    ``(b, h, c, l, .)`` so that every matmul reads its operands in place.
-
-    Args:
-        x: ``(b, t, h, p)``; log_decay: ``(b, t, h)``, a_t <= 0; B, C: ``(b, t, h, n)``;
-            initial_state: ``(b, h, p, n)``; diagonal: ``(b, t, h)`` or None, the d_t
-            added to the diagonal of each chunk's token-to-token matrix (skip terms ride
-            along in the matmul instead of a separate pass over x).
-        chunk_size: tokens per chunk (``min(chunk_size, t)`` is used); the length is padded
-            to a multiple with a = 0, x = 0, which leaves the final state alone.
-
-    Returns:
-        y ``(b, t, h, p)`` and the final state ``(b, h, p, n)``.
-    """
-    b, T, h, p = x.shape
-    n = B.shape[-1]
-    l = max(1, min(chunk_size, T))
-    pad = -T % l
-    if pad:
-        x, B, C = (F.pad(v, (0, 0, 0, 0, 0, pad)) for v in (x, B, C))  # (b t' h .)
-        log_decay = F.pad(log_decay, (0, 0, 0, pad))  # (b t' h)
-        diagonal = None if diagonal is None else F.pad(diagonal, (0, 0, 0, pad))  # (b t' h)
-    c = (T + pad) // l
-
-    def chunked(v: torch.Tensor) -> torch.Tensor:  # (b t' h ...) -> (b h c l ...)
-        return v.transpose(1, 2).reshape(b, h, c, l, *v.shape[3:]).contiguous()
-
-    x, B, C, a = chunked(x), chunked(B), chunked(C), chunked(log_decay)  # (b h c l .)
-    a_cum = torch.cumsum(a, dim=-1)  # (b h c l)
-
-    # 1. inside each chunk (the diagonal blocks): L o C B^T, L = exp(segsum(a)), causal;
-    #    both factors, and so the product, are laid out (s, l) in memory (see _decay_matrix)
-    decay = _decay_matrix(a)  # (b h c l s)
-    causal_scores = (B @ C.mT).triu_().mT  # C_l . B_s where s <= l, else 0, (b h c l s)
-    scores = causal_scores * decay  # (b h c l s)
-    if diagonal is not None:
-        # in place on a fresh product that backward does not need: y_t += d_t x_t
-        scores.diagonal(dim1=-2, dim2=-1).add_(chunked(diagonal))
-
-    # 2. each chunk's own end state sum_s exp(a_{s+1} + ... + a_{l-1}) x_s B_s^T, kept
-    #    transposed (n, p) so that step 4 reads it in place; the decays are L's last row
-    decay_to_end = decay[..., -1, :]  # (b h c l)
-    states = (B * decay_to_end[..., None]).mT @ x  # (b h c n p)
-
-    # 3. between chunks: the same recurrence over chunk ends, by segsum of the chunk decays
-    #    (row k of the chunk decay matrix gives the state entering chunk k; row c, the
-    #    final state, is a matmul of its own so that the rows before it stay contiguous)
-    states = torch.cat([initial_state.mT[:, :, None], states], dim=2).flatten(-2)  # (b h c+1 np)
-    chunk_decay = _decay_matrix(F.pad(a_cum[..., -1], (1, 0))).tril()  # (b h c+1 c+1)
-    entering = (chunk_decay[..., :-1, :] @ states).unflatten(-1, (n, p))  # (b h c n p)
-    final = (chunk_decay[..., -1:, :] @ states).unflatten(-1, (n, p))  # (b h 1 n p)
-
-    # 4. outputs: the chunk's entering state, decayed, read by C; plus (L o C B^T) x,
-    #    accumulated in place into that fresh product (backward needs neither)
-    y = (C * _decay(a_cum)[..., None]) @ entering  # (b h c l p)
-    y.flatten(0, 2).baddbmm_(scores.flatten(0, 2), x.flatten(0, 2))  # (b h c l p)
-    y = y.reshape(b, h, c * l, p).transpose(1, 2)[:, :T]  # (b t h p)
-    return y.contiguous(), final[:, :, 0].mT.contiguous()
-
-
 def mamba3_torch(
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -362,8 +261,8 @@ def mamba3_torch(
        same).  The state that the chunks pass on holds the e_t term already; the final one
        has e_{T-1} = 0.  The initial state's beta term beta_0 x_prev B_prev^T joins the
        initial SSM state before its alpha_0;
-    3. the chunked SSD (:func:`ssd_chunked`), with the correction and the skip D x on the
-       diagonal of its token-to-token matrix.
+    3. Mamba-2's chunked SSD (:func:`ssmbench.models.mamba2.chunked_scan`) with input
+       weight w, and the correction plus the skip D as its per-token skip term.
 
     Args:
         as :func:`mamba3_naive`; chunk_size: tokens per chunk of the SSD.
@@ -392,9 +291,10 @@ def mamba3_torch(
         "bhp,bhn->bhpn", state.x_prev, state.B_prev
     )  # (b h p n)
 
-    # 3. chunked SSD
-    B_weighted = B_rot * (gamma + ahead)[..., None]  # w_t B~_t, (b t h n)
-    y, ssm = ssd_chunked(x, dt * A, B_weighted, C_rot, h0, chunk_size, diagonal)
+    # 3. chunked SSD, with input weight w_t = gamma_t + e_t and the diagonal as its skip
+    y, ssm = chunked_scan(
+        x, dt * A, B_rot, C_rot, chunk_size, h0, weight=gamma + ahead, skip=diagonal
+    )
     # the state in its own storage: slices would keep (b, t, ...) tensors alive
     last = Mamba3State(ssm, phase[:, -1], B_rot[:, -1], x[:, -1])
     return y.to(out_dtype), Mamba3State(*(part.clone() for part in last))
