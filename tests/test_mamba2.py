@@ -167,7 +167,8 @@ def test_ssd_steep_and_gentle_chunks_together(g):
         assert_close(f"final_state[{backend}]", ref_h, h.detach(), "fp64")
         (y.square().sum() + h.sum()).backward()
         grads[backend] = [leaf.grad.clone() for leaf in leaves]
-    for name, ref, out in zip("x dt A B C D h0".split(), grads["naive"], grads["torch"]):
+    names = "x dt A B C D h0".split()
+    for name, ref, out in zip(names, grads["naive"], grads["torch"], strict=True):
         # float64 round-off on gradients up to ~1e3: held to 1e-10 of the largest one
         err = (out - ref).abs().max().item()
         assert err <= 1e-10 * ref.abs().max().item(), f"grad_{name}: max_abs_err={err:.2e}"
