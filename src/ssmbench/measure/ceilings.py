@@ -1,0 +1,492 @@
+"""Device ceilings for ``results/<run>/device.json``: measured copy bandwidth and GEMM rate
+per dtype, with the vendor's datasheet peaks beside them (DESIGN.md, "Measurement").
+
+Utilization in the cells table is achieved / *measured* ceiling: what this device, driver and
+torch build reach on the simplest kernel that saturates each resource.  The datasheet peak is
+kept beside it (``*_datasheet``) because it is what readers compare against, and because the
+gap between the two (typically 80-95% for a GEMM, 85-92% for an HBM copy) is itself a result.
+
+Method:
+
+- bandwidth: ``dst.copy_(src)`` on one device, counted as bytes read plus bytes written,
+  ``2 * nbytes / time``, the convention of STREAM's "Copy" kernel (McCalpin, "Memory Bandwidth
+  and Machine Balance", IEEE TCCA newsletter 1995) and nvbench's declared global-memory bytes.
+  Buffers are larger than any last-level cache (1 GiB on CUDA, 256 MiB on CPU).
+- compute: a square ``torch.mm`` of size ``n``, ``2 n^3`` flop (one multiply and one add per
+  inner-product term), in each dtype.  fp32 runs under torch's current float32 matmul
+  precision, which the record keeps: "highest" (torch's default) is true FP32 and compares
+  with the datasheet's non-tensor FP32 peak; "high"/"medium" allow TF32 and compare with TF32.
+- timing: warm-up by count and by time (GPU clocks ramp up over tens of ms), then a fixed
+  number of samples through :func:`ssmbench.measure.timing.measure` (CUDA events or
+  ``perf_counter_ns``); the median is the ceiling, every sample is kept.
+
+Datasheet peaks are dense (no 2:4 structured sparsity).  Where a datasheet prints only the
+with-sparsity figure, the entry says so and stores half of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+from ssmbench.config import Timing
+from ssmbench.measure.timing import measure
+from ssmbench.provenance import cpu_model, now
+
+__all__ = [
+    "DATASHEET",
+    "calibrate",
+    "datasheet_for",
+    "datasheet_key",
+    "measure_copy_bandwidth",
+    "measure_matmul_rate",
+    "utilization",
+]
+
+# Sizes: honest ceilings on a GPU (buffers far past L2, GEMMs past the wave-quantisation
+# regime), proportionate on a CPU, tiny for tests and the ci preset.
+COPY_NBYTES = {"cuda": 1 << 30, "cpu": 256 << 20, "quick": 4 << 20}
+GEMM_N = {"cuda": 8192, "cpu": 2048, "quick": 128}
+# bf16/fp16 GEMMs on a CPU without AMX/AVX512-BF16 can be 10-100x slower than fp32.
+GEMM_N_CPU_LOW_PRECISION = 1024
+GEMM_N_QUICK_LOW_PRECISION = 64
+REPEATS = {"cuda": 51, "cpu": 11, "quick": 3}  # odd: the median is one of the samples
+WARMUP = {"cuda": 3, "cpu": 2, "quick": 1}
+WARMUP_S = {"cuda": 1.0, "cpu": 0.2, "quick": 0.0}
+# On a CPU a slow dtype keeps at least one sample but stops adding samples past this budget.
+CPU_GEMM_BUDGET_S = 60.0
+
+LOW_PRECISION = ("bf16", "fp16")
+# "tf32" is fp32 storage with TF32 tensor-core math (CUDA only); the others are
+# ssmbench.models.DTYPES names.
+MATMUL_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
+
+# Dense peaks: bandwidth in GB/s (1e9 B/s), compute in TFLOP/s (1e12 flop/s).  fp32 is the
+# non-tensor (CUDA core) rate; tf32/bf16/fp16 are tensor-core rates with FP32 accumulation
+# where the datasheet distinguishes.  None: the device has no such tensor-core mode.
+_HOPPER_DS = (
+    "NVIDIA H100 Tensor Core GPU Datasheet, "
+    "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+)
+_A100_DS = (
+    "NVIDIA A100 Tensor Core GPU Datasheet (r4), https://www.nvidia.com/content/dam/en-zz/"
+    "Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+)
+DATASHEET: dict[str, dict] = {
+    "H100 SXM": {
+        "memory_gbps": 3350.0,
+        # tf32/bf16/fp16: half the datasheet's with-sparsity 989 / 1,979 / 1,979 TFLOPS.
+        "tflops": {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+        "source": _HOPPER_DS + " (H100 SXM column)",
+    },
+    "H100 PCIe": {
+        "memory_gbps": 2000.0,
+        # tf32/bf16/fp16: half the datasheet's with-sparsity 756 / 1,513 / 1,513 TFLOPS.
+        "tflops": {"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5},
+        "source": _HOPPER_DS + " (H100 PCIe column); NVIDIA H100 PCIe GPU Product Brief "
+        "PB-11133-001 for the 2,000 GB/s",
+    },
+    "H200 SXM": {
+        "memory_gbps": 4800.0,
+        # tf32/bf16/fp16: half the datasheet's with-sparsity 989 / 1,979 / 1,979 TFLOPS.
+        "tflops": {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+        "source": "NVIDIA H200 Tensor Core GPU Datasheet (H200 SXM column), "
+        "https://www.nvidia.com/en-us/data-center/h200/",
+    },
+    "A100 SXM 80GB": {
+        "memory_gbps": 2039.0,
+        # The A100 datasheet prints dense and with-sparsity figures; these are the dense ones.
+        "tflops": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+        "source": _A100_DS + " (A100 80GB SXM column)",
+    },
+    "A100 SXM 40GB": {
+        "memory_gbps": 1555.0,
+        "tflops": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+        "source": _A100_DS + " (A100 40GB SXM column)",
+    },
+    "A100 PCIe 80GB": {
+        "memory_gbps": 1935.0,
+        "tflops": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+        "source": _A100_DS + " (A100 80GB PCIe column)",
+    },
+    "A100 PCIe 40GB": {
+        "memory_gbps": 1555.0,
+        "tflops": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+        "source": _A100_DS + " (A100 40GB PCIe column)",
+    },
+    "L40S": {
+        "memory_gbps": 864.0,
+        # The datasheet prints dense TF32 183 and BF16/FP16 362.05 beside the with-sparsity
+        # 366 / 733; 362.05 is the printed dense figure (733 / 2 would be 366.5).
+        "tflops": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05},
+        "source": "NVIDIA L40S GPU Datasheet, "
+        "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413",
+    },
+    "L4": {
+        "memory_gbps": 300.0,
+        # tf32/bf16/fp16: half the datasheet's with-sparsity 120 / 242 / 242 TFLOPS.
+        "tflops": {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0},
+        "source": "NVIDIA L4 Tensor Core GPU Datasheet, "
+        "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet",
+    },
+    "T4": {
+        "memory_gbps": 320.0,
+        # Turing: no sparsity, no TF32, no BF16; fp16 is "mixed precision (FP16/FP32)".
+        "tflops": {"fp32": 8.1, "tf32": None, "bf16": None, "fp16": 65.0},
+        "source": "NVIDIA T4 Tensor Core GPU Datasheet, https://www.nvidia.com/content/dam/"
+        "en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf",
+    },
+    "RTX 4090": {
+        "memory_gbps": 1008.0,
+        # Ada whitepaper, Appendix A: dense with FP32 accumulate (what torch's fp16/bf16 GEMMs
+        # use); FP16 with FP16 accumulate is 330.3, and the with-sparsity figures are double.
+        "tflops": {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2},
+        "source": "NVIDIA Ada GPU Architecture whitepaper, Appendix A (GeForce RTX 4090), "
+        "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/"
+        "nvidia-ada-gpu-architecture.pdf",
+    },
+}
+
+# (pattern on the lower-cased torch.cuda.get_device_name(), DATASHEET key or None), first
+# match wins.  None marks look-alikes whose peaks differ and are not in the table, so they
+# are not matched to a sibling: GH200 (Grace Hopper), the NVL boards, RTX 4090 D and laptop.
+_MATCH: tuple[tuple[str, str | None], ...] = (
+    (r"\bgh200\b", None),
+    (r"\bh200\b.*\bnvl\b", None),
+    (r"\bh200\b", "H200 SXM"),
+    (r"\bh100\b.*\bnvl\b", None),
+    (r"\bh100\b.*\bpcie\b", "H100 PCIe"),
+    (r"\bh100\b", "H100 SXM"),  # "NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"
+    (r"\ba100\b.*\bpcie\b.*\b80gb\b|\ba100\b.*\b80gb\b.*\bpcie\b", "A100 PCIe 80GB"),
+    (r"\ba100\b.*\bpcie\b", "A100 PCIe 40GB"),
+    (r"\ba100\b.*\b80gb\b", "A100 SXM 80GB"),
+    (r"\ba100\b.*\b40gb\b", "A100 SXM 40GB"),
+    (r"\bl40s\b", "L40S"),
+    (r"\bl4\b", "L4"),
+    (r"\bt4\b", "T4"),
+    (r"\brtx 4090 d\b|\brtx 4090\b.*\blaptop\b", None),
+    (r"\brtx 4090\b", "RTX 4090"),
+)
+
+
+def datasheet_for(device_name: str) -> dict | None:
+    """The :data:`DATASHEET` entry for a CUDA device name (plus its ``name``), or None for a
+    device not in the table (every CPU among them)."""
+    name = device_name.lower()
+    for pattern, key in _MATCH:
+        if re.search(pattern, name):
+            return None if key is None else {"name": key, **DATASHEET[key]}
+    return None
+
+
+def datasheet_key(dtype: str, float32_matmul_precision: str = "highest") -> str:
+    """The datasheet column a GEMM in ``dtype`` runs on: fp32 is TF32 once torch allows it."""
+    if dtype == "fp32" and float32_matmul_precision != "highest":
+        return "tf32"
+    return dtype
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _samples_ms(
+    fn: Callable[[], object],
+    device: str,
+    repeats: int,
+    warmup: int,
+    warmup_s: float,
+    budget_s: float = float("inf"),
+) -> list[float]:
+    """Run ``fn`` at least ``warmup`` times and ``warmup_s`` seconds untimed, then time it
+    ``repeats`` times, or fewer (at least one) once ``budget_s`` of sampling has passed."""
+    begin = time.perf_counter()
+    done = 0
+    while done < warmup or time.perf_counter() - begin < warmup_s:
+        fn()
+        _sync(device)
+        done += 1
+    timing = Timing(
+        warmup=0, min_samples=repeats, max_samples=repeats, min_time_s=0.0, max_time_s=budget_s
+    )
+    return measure(fn, timing, device).samples_ms
+
+
+def _resolve(device: str, quick: bool, table: dict):
+    return table["quick" if quick else ("cuda" if device == "cuda" else "cpu")]
+
+
+def measure_copy_bandwidth(
+    device: str,
+    nbytes: int | None = None,
+    repeats: int | None = None,
+    *,
+    quick: bool = False,
+) -> dict:
+    """Bandwidth of ``dst.copy_(src)`` for ``nbytes``-byte buffers on ``device``.
+
+    Returns ``{"gbps": median GB/s, "samples_gbps": [...], "time_ms_median", "nbytes",
+    "bytes_moved" (2 * nbytes), "repeats", "method"}``; GB/s is 1e9 bytes per second.
+    """
+    import torch
+
+    nbytes = nbytes or _resolve(device, quick, COPY_NBYTES)
+    repeats = repeats or _resolve(device, quick, REPEATS)
+    n = max(nbytes // 4, 1)  # float32 elements: the plain vectorised copy path on every device
+    nbytes = 4 * n
+    src = torch.ones(n, dtype=torch.float32, device=device)  # touch every page before timing
+    dst = torch.zeros(n, dtype=torch.float32, device=device)
+    samples_ms = _samples_ms(
+        lambda: dst.copy_(src),
+        device,
+        repeats,
+        _resolve(device, quick, WARMUP),
+        _resolve(device, quick, WARMUP_S),
+    )
+    moved = 2 * nbytes  # each byte read once and written once
+    samples_gbps = [moved / (ms * 1e-3) / 1e9 for ms in samples_ms]
+    timer = "CUDA events" if device == "cuda" else "perf_counter_ns"
+    return {
+        "gbps": statistics.median(samples_gbps),
+        "samples_gbps": samples_gbps,
+        "time_ms_median": statistics.median(samples_ms),
+        "nbytes": nbytes,
+        "bytes_moved": moved,
+        "repeats": len(samples_ms),
+        "method": f"dst.copy_(src), float32, read+write bytes / time, median of "
+        f"{len(samples_ms)} samples after warm-up, {timer}",
+    }
+
+
+def measure_matmul_rate(
+    device: str,
+    dtype: str,
+    n: int | None = None,
+    repeats: int | None = None,
+    *,
+    quick: bool = False,
+    seed: int = 0,
+) -> dict:
+    """Rate of a square ``n x n`` GEMM (``torch.mm`` into a preallocated output) in ``dtype``.
+
+    Returns ``{"status": "ok" | "unavailable", "reason", "dtype", "tflops": median TFLOP/s or
+    None, "samples_tflops": [...], "time_ms_median", "n", "flop" (2 n^3), "repeats",
+    "float32_matmul_precision", "method"}``.  A dtype this device or build cannot multiply
+    gives ``status: "unavailable"`` and the error as ``reason``; it never raises.
+    """
+    import torch
+
+    from ssmbench.models import DTYPES
+
+    precision = torch.get_float32_matmul_precision()
+    record = {
+        "status": "ok",
+        "reason": "",
+        "dtype": dtype,
+        "tflops": None,
+        "samples_tflops": [],
+        "time_ms_median": None,
+        "n": None,
+        "flop": None,
+        "repeats": 0,
+        "float32_matmul_precision": "high" if dtype == "tf32" else precision,
+        "method": "",
+    }
+    if dtype not in MATMUL_DTYPES:
+        record.update(status="unavailable", reason=f"unknown dtype {dtype!r}")
+        return record
+    if dtype == "tf32" and device != "cuda":
+        record.update(status="unavailable", reason="tf32 is a CUDA tensor-core mode")
+        return record
+    low = dtype in LOW_PRECISION
+    if n is None:
+        if quick:
+            n = GEMM_N_QUICK_LOW_PRECISION if low else GEMM_N["quick"]
+        elif device == "cpu" and (low or dtype == "fp64"):
+            n = GEMM_N_CPU_LOW_PRECISION
+        else:
+            n = GEMM_N["cuda" if device == "cuda" else "cpu"]
+    repeats = repeats or _resolve(device, quick, REPEATS)
+    torch_dtype = DTYPES["fp32" if dtype == "tf32" else dtype]
+    budget_s = CPU_GEMM_BUDGET_S if device == "cpu" else float("inf")
+    try:
+        generator = torch.Generator(device="cpu").manual_seed(seed)
+        a, b = (torch.randn(n, n, generator=generator) for _ in range(2))
+        a, b = (x.to(device=device, dtype=torch_dtype) for x in (a, b))
+        c = torch.empty(n, n, device=device, dtype=torch_dtype)
+        with _float32_precision("high" if dtype == "tf32" else precision):
+            samples_ms = _samples_ms(
+                lambda: torch.mm(a, b, out=c),
+                device,
+                repeats,
+                _resolve(device, quick, WARMUP),
+                _resolve(device, quick, WARMUP_S),
+                budget_s,
+            )
+    except (RuntimeError, TypeError, NotImplementedError) as error:
+        # e.g. "addmm_impl_cpu_" not implemented for 'Half' on older builds, or CUDA OOM
+        record.update(status="unavailable", reason=f"{type(error).__name__}: {error}", n=n)
+        return record
+    flop = 2 * n**3  # one multiply and one add per term of each of the n^2 inner products
+    samples_tflops = [flop / (ms * 1e-3) / 1e12 for ms in samples_ms]
+    timer = "CUDA events" if device == "cuda" else "perf_counter_ns"
+    record.update(
+        tflops=statistics.median(samples_tflops),
+        samples_tflops=samples_tflops,
+        time_ms_median=statistics.median(samples_ms),
+        n=n,
+        flop=flop,
+        repeats=len(samples_ms),
+        method=f"torch.mm(a, b, out=c), {n}x{n} {dtype}, 2n^3 flop / time, median of "
+        f"{len(samples_ms)} samples after warm-up, {timer}",
+    )
+    return record
+
+
+@contextlib.contextmanager
+def _float32_precision(precision: str) -> Iterator[None]:
+    """Set torch's float32 matmul precision inside a ``with`` block, restore it after."""
+    import torch
+
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    return cpu_model()
+
+
+def calibrate(
+    device: str,
+    dtypes: list[str],
+    quick: bool = False,
+    threads: int | None = None,
+    seed: int = 0,
+) -> dict:
+    """The content of ``results/<run>/device.json``.
+
+    Keys: ``status`` ("ok" or "unavailable") and ``reason``; ``device``, ``device_name``,
+    ``torch``, ``cuda``, ``threads``, ``float32_matmul_precision``, ``quick``; ``copy``
+    (:func:`measure_copy_bandwidth`); ``matmul`` ({dtype: :func:`measure_matmul_rate`});
+    ``ceilings`` ({"bw_gbps", "tflops": {dtype: TFLOP/s or None}}), the numbers that
+    :func:`utilization` divides by; ``datasheet`` (the :data:`DATASHEET` entry or None) and
+    ``datasheet_reason``; ``clocks`` (GPU SM clock and temperature before and after, CUDA
+    only); ``started`` and ``ended`` (UTC ISO 8601).  On CPU the job takes ``threads``
+    threads (default: every core, as the bench jobs do) and restores the old count after.
+    """
+    import torch
+
+    started = now()
+    record: dict = {
+        "status": "ok",
+        "reason": "",
+        "device": device,
+        "device_name": None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "threads": None,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "quick": quick,
+        "copy": None,
+        "matmul": {},
+        "ceilings": {"bw_gbps": None, "tflops": {}},
+        "datasheet": None,
+        "datasheet_reason": "",
+        "clocks": None,
+        "started": started,
+        "ended": None,
+    }
+    if device == "cuda" and not torch.cuda.is_available():
+        record.update(
+            status="unavailable",
+            reason="device cuda requested but torch.cuda.is_available() is False",
+            ended=now(),
+        )
+        return record
+    if device not in ("cpu", "cuda"):
+        record.update(status="unavailable", reason=f"unknown device {device!r}", ended=now())
+        return record
+
+    saved_threads = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(threads or os.cpu_count() or 1)
+    record["threads"] = torch.get_num_threads()
+    record["device_name"] = name = _device_name(device)
+    clocks_before = _gpu_clocks() if device == "cuda" else None
+    try:
+        record["copy"] = measure_copy_bandwidth(device, quick=quick)
+        for dtype in dtypes:
+            record["matmul"][dtype] = measure_matmul_rate(device, dtype, quick=quick, seed=seed)
+    finally:
+        torch.set_num_threads(saved_threads)
+    if device == "cuda":
+        from ssmbench.measure.energy import clock_drop
+
+        after = _gpu_clocks()
+        record["clocks"] = {
+            "before": clocks_before,
+            "after": after,
+            "dropped": clock_drop(clocks_before, after),
+        }
+    record["ceilings"] = {
+        "bw_gbps": record["copy"]["gbps"],
+        "tflops": {dtype: m["tflops"] for dtype, m in record["matmul"].items()},
+    }
+    record["datasheet"] = datasheet_for(name) if device == "cuda" else None
+    if record["datasheet"] is None:
+        record["datasheet_reason"] = f"no datasheet for {name}"
+    record["ended"] = now()
+    return record
+
+
+def _gpu_clocks() -> dict:
+    import torch
+
+    from ssmbench.measure.energy import gpu_clocks
+
+    return gpu_clocks(torch.cuda.current_device())
+
+
+def _ratio(achieved: float | None, peak: float | None) -> float | None:
+    if achieved is None or not peak:
+        return None
+    return achieved / peak
+
+
+def utilization(
+    achieved_tflops: float | None,
+    achieved_gbps: float | None,
+    device_json: dict,
+    dtype: str,
+) -> dict:
+    """Fractions of the ceilings in ``device_json`` (the dict :func:`calibrate` returns).
+
+    Returns ``{"compute_util", "bw_util"}`` against the measured ceilings and
+    ``{"compute_util_datasheet", "bw_util_datasheet"}`` against the datasheet peaks; each is
+    None where the achieved value, the ceiling or the datasheet is missing.  The datasheet
+    column for fp32 follows the float32 matmul precision the calibration ran under.
+    """
+    ceilings = device_json.get("ceilings") or {}
+    sheet = device_json.get("datasheet") or {}
+    key = datasheet_key(dtype, device_json.get("float32_matmul_precision", "highest"))
+    return {
+        "compute_util": _ratio(achieved_tflops, (ceilings.get("tflops") or {}).get(dtype)),
+        "bw_util": _ratio(achieved_gbps, ceilings.get("bw_gbps")),
+        "compute_util_datasheet": _ratio(achieved_tflops, (sheet.get("tflops") or {}).get(key)),
+        "bw_util_datasheet": _ratio(achieved_gbps, sheet.get("memory_gbps")),
+    }

@@ -1,0 +1,200 @@
+"""Device calibration: copy bandwidth and GEMM rate on the CPU at tiny sizes, datasheet
+matching of CUDA device names, utilization arithmetic, and the device.json record."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from ssmbench.measure.ceilings import (
+    DATASHEET,
+    calibrate,
+    datasheet_for,
+    datasheet_key,
+    measure_copy_bandwidth,
+    measure_matmul_rate,
+    utilization,
+)
+from ssmbench.provenance import cpu_model
+from ssmbench.records import write_json_atomic
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100 SXM 40GB"),
+        ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"),
+        ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+    ],
+)
+def test_datasheet_matches_device_names(name, key):
+    entry = datasheet_for(name)
+    assert entry is not None and entry["name"] == key
+    assert entry["memory_gbps"] == DATASHEET[key]["memory_gbps"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Intel(R) Xeon(R) Processor",  # a CPU
+        "NVIDIA GH200 480GB",  # Grace Hopper: not an H200
+        "NVIDIA H100 NVL",  # other peaks than H100 PCIe/SXM, not in the table
+        "NVIDIA H200 NVL",
+        "NVIDIA A10",  # not an A100
+        "NVIDIA RTX A1000",
+        "NVIDIA L40",  # not an L40S, not an L4
+        "NVIDIA GeForce RTX 4090 D",
+        "NVIDIA GeForce RTX 4090 Laptop GPU",
+        "",
+    ],
+)
+def test_datasheet_none_for_unknown_devices(name):
+    assert datasheet_for(name) is None
+
+
+def test_datasheet_entries_are_complete():
+    for key, entry in DATASHEET.items():
+        assert entry["memory_gbps"] > 0, key
+        assert set(entry["tflops"]) == {"fp32", "tf32", "bf16", "fp16"}, key
+        assert entry["tflops"]["fp32"] > 0 and entry["tflops"]["fp16"] > entry["tflops"]["fp32"]
+        assert "NVIDIA" in entry["source"] and "https://" in entry["source"], key
+    assert DATASHEET["T4"]["tflops"]["bf16"] is None  # Turing has no bf16 tensor cores
+
+
+def test_copy_bandwidth_cpu():
+    nbytes = 1 << 20
+    result = measure_copy_bandwidth("cpu", nbytes=nbytes, repeats=3, quick=True)
+    assert result["nbytes"] == nbytes and result["bytes_moved"] == 2 * nbytes
+    assert len(result["samples_gbps"]) == result["repeats"] == 3
+    assert all(x > 0 for x in result["samples_gbps"])
+    assert result["gbps"] == statistics.median(result["samples_gbps"])
+    # GB/s is bytes moved per second over 1e9, from the median time
+    assert result["gbps"] == pytest.approx(2 * nbytes / (result["time_ms_median"] * 1e-3) / 1e9)
+    assert "copy_" in result["method"]
+
+
+def test_matmul_rate_cpu_fp32():
+    n = 64
+    result = measure_matmul_rate("cpu", "fp32", n=n, repeats=3, quick=True)
+    assert result["status"] == "ok" and result["reason"] == ""
+    assert result["n"] == n and result["flop"] == 2 * n**3
+    assert len(result["samples_tflops"]) == 3 and result["tflops"] > 0
+    assert result["tflops"] == pytest.approx(
+        result["flop"] / (result["time_ms_median"] * 1e-3) / 1e12
+    )
+    assert result["float32_matmul_precision"] == torch.get_float32_matmul_precision()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp64"])
+def test_matmul_rate_cpu_other_dtypes_never_raise(dtype):
+    result = measure_matmul_rate("cpu", dtype, quick=True)
+    assert result["status"] in ("ok", "unavailable")
+    if result["status"] == "ok":
+        assert result["tflops"] > 0
+    else:
+        assert result["reason"] and result["tflops"] is None
+
+
+def test_matmul_rate_explicit_unavailable():
+    tf32 = measure_matmul_rate("cpu", "tf32", quick=True)
+    assert tf32["status"] == "unavailable" and tf32["reason"] == "tf32 is a CUDA tensor-core mode"
+    unknown = measure_matmul_rate("cpu", "int8", quick=True)
+    assert unknown["status"] == "unavailable" and unknown["reason"] == "unknown dtype 'int8'"
+
+
+def test_matmul_error_becomes_unavailable(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("addmm_impl_cpu_ not implemented for 'Half'")
+
+    monkeypatch.setattr(torch, "mm", refuse)
+    result = measure_matmul_rate("cpu", "fp16", n=16, repeats=2)
+    assert result["status"] == "unavailable" and result["tflops"] is None
+    assert result["reason"].startswith("RuntimeError: ") and "Half" in result["reason"]
+
+
+def test_calibrate_quick_cpu(tmp_path):
+    threads = torch.get_num_threads()
+    record = calibrate("cpu", ["fp32", "bf16"], quick=True, threads=1)
+    assert torch.get_num_threads() == threads  # restored
+    expected = {
+        "status", "reason", "device", "device_name", "torch", "cuda", "threads",
+        "float32_matmul_precision", "quick", "copy", "matmul", "ceilings", "datasheet",
+        "datasheet_reason", "clocks", "started", "ended",
+    }  # fmt: skip
+    assert set(record) == expected
+    assert record["status"] == "ok" and record["device"] == "cpu" and record["quick"] is True
+    assert record["device_name"] == cpu_model() and record["threads"] == 1
+    assert record["torch"] == torch.__version__
+    assert record["copy"]["gbps"] > 0 and record["copy"]["nbytes"] == 4 << 20
+    assert set(record["matmul"]) == {"fp32", "bf16"}
+    assert record["matmul"]["fp32"]["tflops"] > 0
+    assert record["ceilings"]["bw_gbps"] == record["copy"]["gbps"]
+    assert record["ceilings"]["tflops"]["fp32"] == record["matmul"]["fp32"]["tflops"]
+    assert record["datasheet"] is None and record["clocks"] is None
+    assert record["datasheet_reason"] == f"no datasheet for {cpu_model()}"
+    assert record["started"] <= record["ended"]
+    path = tmp_path / "device.json"
+    write_json_atomic(path, record)  # strict JSON: no NaN, nothing unserialisable
+    assert json.loads(path.read_text()) == record
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU answer")
+def test_calibrate_cuda_without_gpu_is_unavailable():
+    record = calibrate("cuda", ["fp32"], quick=True)
+    assert record["status"] == "unavailable"
+    assert "torch.cuda.is_available() is False" in record["reason"]
+    assert record["copy"] is None and record["matmul"] == {}
+
+
+DEVICE_JSON = {
+    "float32_matmul_precision": "highest",
+    "ceilings": {"bw_gbps": 100.0, "tflops": {"fp32": 10.0, "bf16": 20.0}},
+    "datasheet": {"memory_gbps": 200.0, "tflops": {"fp32": 40.0, "tf32": 80.0, "bf16": 100.0}},
+}
+
+
+def test_utilization_arithmetic():
+    u = utilization(5.0, 50.0, DEVICE_JSON, "bf16")
+    assert u == {
+        "compute_util": 0.25,
+        "bw_util": 0.5,
+        "compute_util_datasheet": 0.05,
+        "bw_util_datasheet": 0.25,
+    }
+    assert utilization(4.0, None, DEVICE_JSON, "fp32")["compute_util_datasheet"] == 0.1
+    # fp32 under TF32 precision compares with the TF32 column
+    tf32 = {**DEVICE_JSON, "float32_matmul_precision": "high"}
+    assert utilization(4.0, None, tf32, "fp32")["compute_util_datasheet"] == 0.05
+    assert datasheet_key("fp32", "high") == "tf32" and datasheet_key("bf16", "high") == "bf16"
+
+
+def test_utilization_missing_values_are_none():
+    no_sheet = {**DEVICE_JSON, "datasheet": None}
+    u = utilization(5.0, 50.0, no_sheet, "fp16")  # fp16 not calibrated either
+    assert u == {
+        "compute_util": None,
+        "bw_util": 0.5,
+        "compute_util_datasheet": None,
+        "bw_util_datasheet": None,
+    }
+    assert utilization(None, None, DEVICE_JSON, "bf16") == dict.fromkeys(u)

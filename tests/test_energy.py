@@ -1,0 +1,273 @@
+"""Energy meter: RAPL on a fake powercap tree (packages only, wrap-around, refused reads),
+NVML through a fake module (energy counter, power-sampling fallback, errors), the real
+sources of this machine, and GPU clock readings."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import pytest
+
+from ssmbench.measure.energy import (
+    RAPL_ROOT,
+    EnergyMeter,
+    clock_drop,
+    gpu_clocks,
+    trapezoid_j,
+)
+
+MAX_RANGE_UJ = 262_143_328_850  # a typical package max_energy_range_uj
+
+
+def make_zone(root: pathlib.Path, zone: str, name: str, energy_uj: int) -> pathlib.Path:
+    path = root / zone
+    path.mkdir(parents=True)
+    (path / "name").write_text(f"{name}\n")
+    (path / "energy_uj").write_text(f"{energy_uj}\n")
+    (path / "max_energy_range_uj").write_text(f"{MAX_RANGE_UJ}\n")
+    return path
+
+
+def set_energy(zone: pathlib.Path, energy_uj: int) -> None:
+    (zone / "energy_uj").write_text(f"{energy_uj}\n")
+
+
+@pytest.fixture
+def powercap(tmp_path):
+    """Two packages, with core/dram sub-zones and psys that must not be added."""
+    root = tmp_path / "powercap"
+    zones = {
+        "pkg0": make_zone(root, "intel-rapl:0", "package-0", 1_000_000),
+        "core0": make_zone(root, "intel-rapl:0:0", "core", 500_000),
+        "dram0": make_zone(root, "intel-rapl:0:1", "dram", 700_000),
+        "pkg1": make_zone(root, "intel-rapl:1", "package-1", 2_000_000),
+        "psys": make_zone(root, "intel-rapl:2", "psys", 9_000_000),
+    }
+    return root, zones
+
+
+def test_rapl_sums_package_zones_only(powercap):
+    root, zones = powercap
+    meter = EnergyMeter("cpu", rapl_root=root).start()
+    set_energy(zones["pkg0"], 1_000_000 + 12_500_000)  # 12.5 J
+    set_energy(zones["pkg1"], 2_000_000 + 7_250_000)  # 7.25 J
+    set_energy(zones["core0"], 99_000_000)
+    set_energy(zones["dram0"], 99_000_000)
+    set_energy(zones["psys"], 99_000_000)
+    result = meter.stop()
+    assert result.energy_j == 19.75
+    assert result.method == "rapl" and result.reason == ""
+    assert result.domains == ["intel-rapl:0", "intel-rapl:1"]
+    assert result.duration_s >= 0 and result.samples is None
+
+
+def test_rapl_wraparound(tmp_path):
+    zone = make_zone(tmp_path, "intel-rapl:0", "package-0", MAX_RANGE_UJ - 1_000_000)
+    with EnergyMeter("cpu", rapl_root=tmp_path) as meter:
+        set_energy(zone, 2_000_000)  # 1 J up to the wrap, 2 J after it
+    assert meter.result.energy_j == 3.0
+    assert meter.result.method == "rapl"
+
+
+def test_rapl_permission_denied(powercap, monkeypatch):
+    root, zones = powercap
+    refused = zones["pkg1"] / "energy_uj"
+    read_text = pathlib.Path.read_text
+
+    def guarded(self, *args, **kwargs):
+        if self == refused:  # root reads anything, so refuse like a non-root user's read
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", guarded)
+    result = EnergyMeter("cpu", rapl_root=root).start().stop()
+    assert result.energy_j is None and result.method == "none"
+    assert result.reason.startswith(f"permission denied reading {refused}")
+    assert "CVE-2020-8694" in result.reason
+
+
+def test_rapl_missing_tree(tmp_path):
+    missing = tmp_path / "powercap"
+    result = EnergyMeter("cpu", rapl_root=missing).start().stop()
+    assert result.energy_j is None and result.method == "none"
+    assert result.reason == f"{missing} not present"
+    make_zone(missing, "intel-rapl:2", "psys", 1)
+    result = EnergyMeter("cpu", rapl_root=missing).start().stop()
+    assert result.reason == f"no intel-rapl package zone under {missing}"
+
+
+def test_rapl_on_this_machine():
+    result = EnergyMeter("cpu").start().stop()
+    if not RAPL_ROOT.is_dir():
+        assert result.reason == "/sys/class/powercap not present"
+    if result.energy_j is None:
+        assert result.method == "none" and result.reason
+    else:
+        assert result.method == "rapl" and result.energy_j >= 0
+
+
+class FakeNVMLError(Exception):
+    def __init__(self, value: int):
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class FakeNotSupported(FakeNVMLError):
+    def __init__(self):
+        super().__init__(3)
+
+
+class FakeNVML:
+    """The slice of pynvml that the meter uses, with scripted answers."""
+
+    NVMLError = FakeNVMLError
+    NVMLError_NotSupported = FakeNotSupported
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self, energy_mj=None, energy_error=None, power_mw=250_000, power_error=None):
+        self.energy_mj = list(energy_mj or [])
+        self.energy_error = energy_error
+        self.power_mw = power_mw
+        self.power_error = power_error
+        self.inits = self.shutdowns = 0
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        if index != 0:
+            raise FakeNVMLError(2)
+        return "handle0"
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if self.energy_error is not None:
+            raise self.energy_error
+        return self.energy_mj.pop(0)
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        if self.power_error is not None:
+            raise self.power_error
+        return self.power_mw
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        assert kind == self.NVML_CLOCK_SM
+        return 1980
+
+    def nvmlDeviceGetTemperature(self, handle, kind):
+        return 41
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0
+
+
+def test_nvml_energy_counter():
+    nvml = FakeNVML(energy_mj=[5_000_000, 5_012_345])
+    with EnergyMeter("cuda", nvml=nvml) as meter:
+        pass
+    result = meter.result
+    assert result.energy_j == pytest.approx(12.345, abs=1e-12)
+    assert result.method == "nvml-total-energy" and result.reason == ""
+    assert result.domains == ["nvml:0"] and result.samples is None
+    assert nvml.inits == nvml.shutdowns == 1
+    assert meter.stop() is result  # a second stop returns the same result
+
+
+def test_nvml_not_supported_falls_back_to_power_sampling():
+    nvml = FakeNVML(energy_error=FakeNotSupported(), power_mw=250_000)  # 250 W
+    meter = EnergyMeter("cuda", nvml=nvml, sample_interval_s=0.01).start()
+    time.sleep(0.1)
+    result = meter.stop()
+    assert result.method == "nvml-power-sampling" and result.reason == ""
+    assert result.samples >= 3 and result.sample_hz > 0
+    # constant power: energy is power times the sampled span, which is the interval
+    assert result.energy_j == pytest.approx(250 * result.duration_s, rel=0.05)
+    assert nvml.inits == nvml.shutdowns == 1
+
+
+def test_nvml_power_sampling_error_is_a_reason():
+    nvml = FakeNVML(energy_error=FakeNotSupported(), power_error=FakeNotSupported())
+    result = EnergyMeter("cuda", nvml=nvml).start().stop()
+    assert result.energy_j is None and result.method == "none"
+    assert result.reason == "nvmlDeviceGetPowerUsage: FakeNotSupported: NVML error 3"
+    assert nvml.inits == nvml.shutdowns == 1
+
+
+def test_nvml_other_errors_are_reasons():
+    nvml = FakeNVML(energy_error=FakeNVMLError(999))
+    result = EnergyMeter("cuda", nvml=nvml).start().stop()
+    assert result.energy_j is None and result.method == "none"
+    assert result.reason == "nvmlDeviceGetTotalEnergyConsumption: FakeNVMLError: NVML error 999"
+    assert nvml.inits == nvml.shutdowns == 1
+    missing = EnergyMeter("cuda", device_index=1, nvml=FakeNVML()).start().stop()
+    assert missing.reason.startswith("nvmlDeviceGetHandleByIndex(1): ")
+
+
+def test_nvml_init_failure():
+    class NoDriver(FakeNVML):
+        def nvmlInit(self):
+            raise FakeNVMLError(9)
+
+    result = EnergyMeter("cuda", nvml=NoDriver()).start().stop()
+    assert result.energy_j is None
+    assert result.reason == "no NVML: nvmlInit failed: FakeNVMLError: NVML error 9"
+
+
+def test_nvml_on_this_machine():
+    result = EnergyMeter("cuda").start().stop()
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        assert result.reason == (
+            "no NVML: the nvidia-ml-py package (module pynvml) is not installed"
+        )
+    if result.energy_j is None:
+        assert result.method == "none" and result.reason
+    clocks = gpu_clocks()
+    if clocks["sm_clock_mhz"] is None:
+        assert clocks["reason"]
+
+
+def test_unknown_device_and_misuse():
+    result = EnergyMeter("mps").start().stop()
+    assert result.energy_j is None and result.reason == "no energy source for device 'mps'"
+    with pytest.raises(RuntimeError, match="before start"):
+        EnergyMeter("cpu").stop()
+
+
+def test_trapezoid_exact():
+    assert trapezoid_j([(0.0, 100.0), (1.0, 200.0), (3.0, 200.0)]) == 550.0
+    assert trapezoid_j([(0.0, 100.0)]) == 0.0
+
+
+def test_gpu_clocks_fake_and_absent():
+    nvml = FakeNVML()
+    clocks = gpu_clocks(nvml=nvml)
+    assert clocks == {
+        "sm_clock_mhz": 1980,
+        "temperature_c": 41,
+        "clocks_event_reasons": 0,
+        "reason": "",
+    }
+    assert nvml.inits == nvml.shutdowns == 1
+
+    class NoDriver(FakeNVML):
+        def nvmlInit(self):
+            raise FakeNVMLError(9)
+
+    absent = gpu_clocks(nvml=NoDriver())
+    assert absent["sm_clock_mhz"] is None and absent["temperature_c"] is None
+    assert absent["reason"].startswith("no NVML: ")
+
+
+def test_clock_drop():
+    assert clock_drop({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1800})  # -9%
+    assert not clock_drop({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1900})  # -4%
+    assert clock_drop({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1900}, threshold=0.03)
+    assert not clock_drop({"sm_clock_mhz": 1500}, {"sm_clock_mhz": 1980})  # boost up
+    assert not clock_drop(None, {"sm_clock_mhz": 1000})
+    assert not clock_drop({"sm_clock_mhz": None}, {"sm_clock_mhz": 1000})
