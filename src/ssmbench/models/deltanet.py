@@ -214,7 +214,7 @@ def _chunks_forward(
     if gamma is None:
         A = kk  # (c n l s)
         scores = scores * causal  # Q K^T * L with L = 1 on s <= l
-        k_in = k_out = k
+        k_in, k_out = -k, k  # k_in is negated: see W below
         chunk_decay = None
     else:
         # L_ls = exp(gamma_l - gamma_s) on s <= l.  With g <= 0 the exponent is <= 0 there
@@ -225,7 +225,7 @@ def _chunks_forward(
         scores = scores * decay  # Q K^T * L
         gamma_exp = _exp(gamma)[..., None]  # Gamma_l, (c n l 1)
         q = q * gamma_exp  # diag(Gamma) Q
-        k_in = k * gamma_exp  # diag(Gamma) K
+        k_in = k * -gamma_exp  # -diag(Gamma) K (negated: see W below)
         k_out = k * _exp(gamma[..., -1:] - gamma)[..., None]  # diag(Gamma_C / Gamma) K
         chunk_decay = gamma_exp[:, :, -1:]  # Gamma_C, (c n 1 1)
 
@@ -238,25 +238,33 @@ def _chunks_forward(
     A.diagonal(dim1=-2, dim2=-1).copy_(1.0 / beta)  # (1), in place on a fresh tensor
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
     T = torch.linalg.solve_triangular(A.mT, eye, upper=True, left=False).mT  # (2), (c n l s)
-    w = T @ k_in  # (3) W = T diag(Gamma) K, (c n l k)
+    w = T @ k_in  # -W, (3) with its sign flipped: W = T diag(Gamma) K, (c n l k)
     u_tilde = T @ v  # (3) U~ = T V, (c n l v)
 
-    # (4) and (6): carry the state across chunks, one chunk per iteration
-    chunk_states, new_values = [], []
+    # (4) and (6) carried across chunks.  Substituting (4) into (6) gives an affine map
+    # per chunk, S_C = M S_0 + N with M = Gamma_C I - K_out^T W and N = K_out^T U~
+    # (K_out = diag(Gamma_C / Gamma) K): both are batched matmuls over every chunk at
+    # once, which leaves one small matmul per chunk for the loop; (4) then runs batched
+    # once every chunk's S_0 is known
+    k_out_t = k_out.transpose(-1, -2)  # (c n k l)
+    N = k_out_t @ u_tilde  # (c n k v)
+    M = k_out_t @ w  # (c n k k), -K_out^T W, fresh: the diagonal is set in place below
+    if chunk_decay is None:
+        M.diagonal(dim1=-2, dim2=-1).add_(1.0)
+    else:
+        M.diagonal(dim1=-2, dim2=-1).add_(chunk_decay[..., 0])  # + Gamma_C I
+    chunk_states = []
     for c in range(q.shape[0]):
         chunk_states.append(state)
-        u = torch.baddbmm(u_tilde[c], w[c], state, alpha=-1.0)  # (4) U = U~ - W S_0, (n l v)
-        new_values.append(u)
-        if chunk_decay is not None:
-            state = state * chunk_decay[c]  # Gamma_C S_0
-        state = torch.baddbmm(state, k_out[c].transpose(-1, -2), u)  # (6), (n k v)
+        state = torch.baddbmm(N[c], M[c], state)  # (6), (n k v)
     chunk_states = torch.stack(chunk_states)  # S_0 per chunk, (c n k v)
-    new_values = torch.stack(new_values)  # U per chunk, (c n l v)
+    S0 = chunk_states.flatten(0, 1)  # (c*n k v)
+    new_values = torch.baddbmm(u_tilde.flatten(0, 1), w.flatten(0, 1), S0)  # (4) U = U~ - W S_0
 
     # (5): every chunk's outputs at once, (Q K^T * L) U + diag(Gamma) Q S_0
-    o = (scores @ new_values).flatten(0, 1)  # (c*n l v), fresh: updated in place below
-    o.baddbmm_(q.flatten(0, 1), chunk_states.flatten(0, 1))  # (c*n l v)
-    return o.view_as(new_values), state
+    o = torch.bmm(scores.flatten(0, 1), new_values)  # (c*n l v), fresh: updated in place
+    o.baddbmm_(q.flatten(0, 1), S0)  # (c*n l v)
+    return o.view_as(u_tilde), state
 
 
 def delta_rule_torch(

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
-from ssmbench.models.common import RMSNorm, inverse_softplus, pick_backend, widen
+from ssmbench.models.common import RMSNorm, cumsum, inverse_softplus, pick_backend, widen
 
 Mamba2Cache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, conv_dim, d_conv),
 #                                                   ssm_state (b, h, p, n))
@@ -180,7 +180,7 @@ def _segsum_decay_exact(a: torch.Tensor) -> torch.Tensor:
     m = a.shape[-1]
     causal = _causal_mask(m, a.device)
     terms = torch.where(causal.tril(-1), a[..., :, None], 0.0)  # (... i j), a_i where j < i
-    segsum = torch.cumsum(terms, dim=-2)  # (... i j), a_{j+1} + ... + a_i
+    segsum = cumsum(terms, dim=-2)  # (... i j), a_{j+1} + ... + a_i
     return _decay(segsum) * causal  # (... i j)
 
 
@@ -264,7 +264,7 @@ def chunked_scan(
     X = x.view(b, c, Q, g, r, p)
     B = B.view(b, c, Q, g, n)
     C = C.view(b, c, Q, g, n)
-    cum = torch.cumsum(log_decay.view(b, c, Q, g, r), dim=2)  # (b c l g r), <= 0
+    cum = cumsum(log_decay.view(b, c, Q, g, r), dim=2)  # (b c l g r), <= 0
     total = cum[:, :, -1:]  # (b c 1 g r), the chunk's log-decay -R
     middle = 0.5 * total  # (b c 1 g r), m
     w_in = _exp_within(middle - cum)  # (b c l g r), exp(m - cum_s)

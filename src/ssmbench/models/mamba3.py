@@ -62,7 +62,7 @@ from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
-from ssmbench.models.common import RMSNorm, inverse_softplus, pick_backend, widen
+from ssmbench.models.common import RMSNorm, cumsum, inverse_softplus, pick_backend, widen
 from ssmbench.models.mamba2 import chunked_scan
 from ssmbench.reference.mamba3 import Mamba3State
 
@@ -172,7 +172,7 @@ def _rotated_inputs(x, dt, B, C, theta, phase0):
     """Rotate B, C ``(b, t, g, n)`` per head of x by the cumulative phase
     phi_t = phi_init + sum_{s <= t} dt_s theta_s.  Returns phi ``(b, t, h, r)``,
     B~ and C~ ``(b, t, h, n)``."""
-    phase = phase0[:, None] + torch.cumsum(dt[..., None] * theta, dim=1)  # (b t h r)
+    phase = phase0[:, None] + cumsum(dt[..., None] * theta, dim=1)  # (b t h r)
     turn = _turn(phase)  # (b t h r) complex
     return phase, _rotate_heads(B, turn), _rotate_heads(C, turn)
 
