@@ -8,12 +8,14 @@ Operators at T = --seq-len, batch 1, fp32, with the shapes of the `cpu` preset's
 for Mamba-2/3, d_inner 512 for Mamba-1, 256 channels for S4D, d_state 16).  Timings are
 medians of interleaved samples after a warm-up, all in this one process, so the ratios
 compare like with like on a shared, noisy machine.  The matmul rate is a 2048^3 fp32
-GEMM measured in the same run.  Prints one line per family, then `min_speedup=<x>`.
+GEMM timed in the same rounds as each family's samples.  Prints one line per family,
+then `min_speedup=<x>`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
@@ -91,19 +93,9 @@ def time_once_ms(run, backend: str) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def median_ms(fn, samples: int) -> float:
-    times = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
-def matmul_gflops(n: int = 2048, samples: int = 5) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    return 2 * n**3 / median_ms(lambda: a @ b, samples) / 1e6
+def matmul_inputs(n: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    return torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
 
 
 def main() -> None:
@@ -112,40 +104,44 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--families", nargs="*", default=list(FAMILIES))
+    parser.add_argument("--chunk", type=int, help="chunk size (default: the cpu preset's)")
     parser.add_argument(
         "--compile", action="store_true", help="also time torch.compile of torch (slow to build)"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cpu = plan(load(overrides={"preset": "cpu"}))
+    size = cpu.size if args.chunk is None else dataclasses.replace(cpu.size, chunk=args.chunk)
     gen = torch.Generator().manual_seed(0)
 
-    peak = matmul_gflops()
-    print(f"matmul_fp32_gflops={peak:.1f} (2048^3, threads={args.threads})")
+    a, b = matmul_inputs()
+    matmul_flop = 2 * a.shape[0] ** 3
+    print(f"threads={args.threads} chunk={size.chunk} matmul=2048^3 fp32, timed beside each family")
     speedups = []
     with torch.inference_mode():
         for family in args.families:
-            run, flop = op_inputs(family, args.seq_len, cpu.size, 16, gen)
+            run, flop = op_inputs(family, args.seq_len, size, 16, gen)
             backends = ("naive", "torch", "compile") if args.compile else ("naive", "torch")
-            for be in backends:  # warm-up (and compilation)
-                run(be)
-            naive_ms, torch_ms, compile_ms = [], [], []
+            for be in (*backends, "matmul"):  # warm-up (and compilation)
+                a @ b if be == "matmul" else run(be)
+            times = {be: [] for be in (*backends, "matmul")}
             for _ in range(args.samples):  # interleaved: all see the same machine
-                naive_ms.append(time_once_ms(run, "naive"))
-                torch_ms.append(time_once_ms(run, "torch"))
-                if args.compile:
-                    compile_ms.append(time_once_ms(run, "compile"))
-            naive, fast = statistics.median(naive_ms), statistics.median(torch_ms)
+                for be in backends:
+                    times[be].append(time_once_ms(run, be))
+                times["matmul"].append(time_once_ms(lambda _: a @ b, "matmul"))
+            ms = {be: statistics.median(t) for be, t in times.items()}
+            naive, fast = ms["naive"], ms["torch"]
             gflops = flop / fast / 1e6
+            peak = matmul_flop / ms["matmul"] / 1e6
             speedups.append(naive / fast)
             print(
                 f"{family:10s} T={args.seq_len} naive_ms={naive:9.2f} torch_ms={fast:8.2f} "
                 f"speedup={naive / fast:7.1f}x torch_gflops={gflops:6.1f} "
-                f"of_matmul={gflops / peak:6.1%}"
+                f"matmul_gflops={peak:6.1f} of_matmul={gflops / peak:6.1%}"
                 + (
-                    f" compile_ms={statistics.median(compile_ms):8.2f} "
-                    f"compile_speedup={naive / statistics.median(compile_ms):6.1f}x"
-                    if compile_ms
+                    f" compile_ms={ms['compile']:8.2f} "
+                    f"compile_speedup={naive / ms['compile']:6.1f}x"
+                    if args.compile
                     else ""
                 )
             )
