@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 import pytest
 
 from ssmbench import plots, tables
 from tests.test_records import make_record
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 def cells():
@@ -75,3 +86,335 @@ def test_plots_module_does_not_import_torch():
     code = "import sys, ssmbench.plots, ssmbench.tables; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------------------
+# The seven figures drawn from the extended cells table (built here, column by column, so the
+# tests do not depend on how records become tables).
+
+FAMILIES = ("attention", "mamba", "s4d")
+BACKENDS = ("naive", "torch")
+LENGTHS = (64, 128, 256)
+CEILING_TFLOPS, CEILING_BW_GBPS = 2.0, 40.0
+NO_ENERGY = "/sys/class/powercap not present"
+
+# (model, backend, phase, seq_len, status, reason)
+NOT_OK = [
+    ("attention", "naive", "prefill", 512, "oom", "out of memory"),
+    ("attention", "naive", "train", 512, "oom", "out of memory"),
+    ("mamba", "naive", "train", 512, "timeout", "ran past 30 s"),
+    ("s4d", "fused", "prefill", 64, "unavailable", "fused kernels need CUDA"),
+    ("s4d", "fused", "decode", 64, "unavailable", "fused kernels need CUDA"),
+]
+
+
+def synthetic_cells(energy: bool = True) -> pd.DataFrame:
+    """Every (family, backend, phase, T) of the constants above as an ok cell with plausible
+    derived columns, plus the NOT_OK cells with empty measurements."""
+    rows = []
+    for i, (model, backend, phase, t) in enumerate(
+        itertools.product(FAMILIES, BACKENDS, ("prefill", "decode", "train"), LENGTHS)
+    ):
+        time_ms = (1 + i % 5) * t / 100
+        tokens = 1 if phase == "decode" else t
+        flop, nbytes = 1e6 * t * (1 + i % 3), 1e4 * t
+        tflops, bw_gbps = flop / (time_ms / 1e3) / 1e12, nbytes / (time_ms / 1e3) / 1e9
+        rows.append(
+            dict(
+                model=model,
+                backend=backend,
+                phase=phase,
+                seq_len=t,
+                status="ok",
+                reason="",
+                time_ms_median=time_ms,
+                time_ms_p95=time_ms * 1.1,
+                tokens=float(tokens),
+                flop=flop,
+                bytes=nbytes,
+                intensity=flop / nbytes,
+                tflops=tflops,
+                bw_gbps=bw_gbps,
+                compute_util=tflops / CEILING_TFLOPS,
+                bw_util=bw_gbps / CEILING_BW_GBPS,
+                peak_bytes=3e6 + 2e4 * t,
+                weights_bytes=2e6,
+                cache_bytes=1e4 * t,
+                activations_bytes=1e4 * t,
+                energy_j=time_ms * 0.01 if energy else np.nan,
+                energy_j_per_token=time_ms * 0.01 / tokens if energy else np.nan,
+                energy_method="rapl" if energy else "",
+                energy_reason="" if energy else NO_ENERGY,
+            )
+        )
+    for model, backend, phase, t, status, reason in NOT_OK:
+        rows.append(
+            dict(
+                model=model,
+                backend=backend,
+                phase=phase,
+                seq_len=t,
+                status=status,
+                reason=reason,
+                tokens=float(1 if phase == "decode" else t),
+                energy_reason="" if energy else NO_ENERGY,
+            )
+        )
+    df = pd.DataFrame(rows)
+    df = df.assign(
+        run="t",
+        batch=1,
+        d_state=np.where(df.model == "attention", 0, 4),
+        dtype="fp32",
+        device="cpu",
+        device_name="Test CPU",
+        ceiling_tflops=CEILING_TFLOPS,
+        ceiling_bw_gbps=CEILING_BW_GBPS,
+        compute_util_datasheet=np.nan,
+        bw_util_datasheet=np.nan,
+        n_samples=np.where(df.status == "ok", 10, 0),
+        git_commit="0" * 40,
+    )
+    return df
+
+
+def synthetic_ops() -> pd.DataFrame:
+    buckets = list(plots.BUCKET_COLORS)
+    rows = []
+    for model, backend, t in itertools.product(("attention", "mamba"), BACKENDS, LENGTHS):
+        times = {b: (1 + k) * t / 1000 for k, b in enumerate(buckets) if b != "attention"}
+        if model == "attention":
+            times["attention"] = t / 100
+        total = sum(times.values())
+        for bucket, time_ms in times.items():
+            rows.append(
+                dict(
+                    run="t",
+                    model=model,
+                    backend=backend,
+                    phase="prefill",
+                    batch=1,
+                    seq_len=t,
+                    dtype="fp32",
+                    device_name="Test CPU",
+                    bucket=bucket,
+                    time_ms=time_ms,
+                    share=time_ms / total,
+                    n_kernels=3,
+                    top_kernels="aten::mm; aten::add",
+                    time_basis="CPU self time",
+                )
+            )
+    return pd.DataFrame(rows)
+
+
+def texts(fig) -> str:
+    """Every piece of text in ``fig``: titles, labels, annotations, legend entries."""
+    found = [t.get_text() for t in fig.findobj(matplotlib.text.Text)]
+    return "\n".join(found)
+
+
+def marker_labels(ax) -> set[str]:
+    return {c.get_label() for c in ax.collections}
+
+
+NEW_FIGURES = [
+    "bandwidth_utilization",
+    "compute_utilization",
+    "roofline",
+    "memory_footprint",
+    "energy_per_token",
+    "op_breakdown",
+    "efficiency_sweep",
+]
+
+
+@pytest.mark.parametrize(
+    "name", ["bandwidth_utilization", "compute_utilization", "energy_per_token"]
+)
+def test_metric_figures_have_a_panel_per_phase_and_mark_cells_that_did_not_run(name):
+    fig = plots.draw(name, synthetic_cells())
+    prefill, decode, train = fig.axes
+    assert [ax.get_title() for ax in fig.axes] == [
+        f"{p}, batch 1, fp32" for p in ("prefill", "decode", "train")
+    ]
+    lines = {line.get_label() for line in prefill.get_lines()}
+    assert {f"{m} / {b}" for m in FAMILIES for b in BACKENDS} <= lines
+    assert prefill.get_xscale() == "log" and prefill.get_yscale() == "log"
+    assert {"attention: oom", "s4d: unavailable"} <= marker_labels(prefill)
+    assert marker_labels(decode) == {"s4d: unavailable"}
+    assert {"attention: oom", "mamba: timeout"} <= marker_labels(train)
+    title = fig._suptitle.get_text()
+    assert "Test CPU" in title and "fp32" in title and "batch 1" in title and "naive" in title
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {"attention: oom", "mamba: timeout", "s4d: unavailable"} <= legend
+
+
+def test_utilization_is_plotted_as_the_tables_fraction():
+    fig = plots.draw("bandwidth_utilization", synthetic_cells(), phase="decode", models=["mamba"])
+    (ax,) = fig.axes
+    cells = synthetic_cells()
+    want = cells[(cells.model == "mamba") & (cells.phase == "decode") & (cells.backend == "torch")]
+    (line,) = [line for line in ax.get_lines() if line.get_label() == "mamba / torch"]
+    np.testing.assert_allclose(line.get_ydata(), want.sort_values("seq_len").bw_util)
+    assert "measured ceiling 40 GB/s" in fig._suptitle.get_text()
+
+
+def test_energy_without_any_value_quotes_the_reason():
+    fig = plots.draw("energy_per_token", synthetic_cells(energy=False))
+    assert len(fig.axes) == 1
+    assert f"energy not measured here: {NO_ENERGY}" in texts(fig).replace("\n", " ")
+
+
+def test_roofline_draws_measured_roofs_ridge_and_one_marker_per_ok_cell():
+    cells = synthetic_cells()
+    fig = plots.draw("roofline", cells)
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    roof = next(line for line in ax.get_lines() if line.get_label() == "measured roof")
+    x, y = roof.get_xdata(), roof.get_ydata()
+    np.testing.assert_allclose(y, np.minimum(CEILING_TFLOPS, CEILING_BW_GBPS * x / 1e3))
+    ridge = next(line for line in ax.get_lines() if line.get_label() == "ridge point")
+    np.testing.assert_allclose(ridge.get_xdata(), [CEILING_TFLOPS * 1e3 / CEILING_BW_GBPS])
+    points = [c for c in ax.collections if c.get_label().startswith("_")]
+    assert sum(len(c.get_offsets()) for c in points) == (cells.status == "ok").sum()
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert set(FAMILIES) | {"prefill (phase)", "decode (phase)", "train (phase)"} <= legend
+    assert "compute roof 2 TFLOP/s" in texts(fig) and "memory roof 40 GB/s" in texts(fig)
+    assert "Test CPU" in fig._suptitle.get_text() and "fp32" in fig._suptitle.get_text()
+
+
+def test_memory_footprint_stacks_parts_per_family_and_marks_oom():
+    fig = plots.draw("memory_footprint", synthetic_cells(), backends=["naive"])
+    assert [ax.get_title() for ax in fig.axes] == list(FAMILIES)
+    attention = fig.axes[0]
+    assert len(attention.patches) == 3 * len(LENGTHS)  # weights, cache, activations per T
+    assert [t.get_text() for t in attention.get_xticklabels()] == ["64", "128", "256", "512"]
+    assert marker_labels(attention) >= {"attention: oom", "measured peak"}
+    assert "oom" in [t.get_text() for t in attention.texts]
+    assert len(fig.axes[1].texts) == 0  # mamba ran everywhere: no status labels
+    assert attention.get_ylabel() == "memory (MiB)"
+    np.testing.assert_allclose(attention.patches[0].get_height(), 2e6 / 2**20)
+    title = fig._suptitle.get_text()
+    assert "prefill, backend naive" in title and "Test CPU" in title and "fp32" in title
+    assert "torch" in plots.draw("memory_footprint", synthetic_cells())._suptitle.get_text()
+
+
+def test_op_breakdown_stacks_bucket_shares_in_fixed_order():
+    ops = synthetic_ops()
+    fig = plots.draw("op_breakdown", ops)
+    assert len(fig.axes) == 4
+    ax = fig.axes[0]
+    assert ax.get_title() == "attention / naive\n(CPU self time)"
+    colors = [matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches[:: len(LENGTHS)]]
+    assert colors == list(plots.BUCKET_COLORS.values())
+    first_bar = [p.get_height() for p in ax.patches[:: len(LENGTHS)]]
+    assert sum(first_bar) == pytest.approx(1.0)
+    mamba = fig.axes[2]
+    assert [c.get_label() for c in mamba.containers] == [
+        b for b in plots.BUCKET_COLORS if b != "attention"
+    ]
+    assert "CPU self time" in fig._suptitle.get_text() and "Test CPU" in fig._suptitle.get_text()
+
+
+def test_efficiency_sweep_has_four_panels_with_derived_quantities():
+    cells = synthetic_cells()
+    fig = plots.draw("efficiency_sweep", cells, backends=["torch", "naive"])
+    latency, memory, throughput, decode = fig.axes
+    assert latency.get_title().startswith("(a) train step latency")
+    assert {"attention: oom", "mamba: timeout"} <= marker_labels(latency)
+    assert "attention: oom" in marker_labels(memory) and memory.get_ylabel().endswith("(MiB)")
+    prefill = cells[
+        (cells.model == "mamba") & (cells.backend == "torch") & (cells.phase == "prefill")
+    ]
+    prefill = prefill.sort_values("seq_len")
+    (line,) = [line for line in throughput.get_lines() if line.get_label() == "mamba / torch"]
+    np.testing.assert_allclose(line.get_ydata(), prefill.tokens / (prefill.time_ms_median / 1e3))
+    assert decode.get_xlabel() == "context length T (tokens)"
+    assert "Test CPU" in fig._suptitle.get_text() and "fp32" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize("name", NEW_FIGURES)
+def test_new_figures_save_as_pdf_and_png(name, tmp_path):
+    table = synthetic_ops() if name == "op_breakdown" else synthetic_cells()
+    fig = plots.draw(name, table)
+    plots.save(fig, tmp_path / "f.pdf", tmp_path / "f.png")
+    assert (tmp_path / "f.pdf").stat().st_size > 1000 and (tmp_path / "f.png").stat().st_size > 1000
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("name", NEW_FIGURES)
+def test_empty_selection_draws_a_panel_that_says_so(name):
+    table = synthetic_ops() if name == "op_breakdown" else synthetic_cells()
+    fig = plots.draw(name, table, models=["nope"])
+    assert "no " in texts(fig) and "'nope'" in texts(fig)
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("name", [n for n in NEW_FIGURES if n != "op_breakdown"])
+def test_tables_without_the_new_columns_still_draw(name):
+    """The shipped tables predate the ceilings, the memory split and energy: what a figure
+    cannot show is said in a panel, not raised."""
+    cells = synthetic_cells(energy=False)
+    dropped = ["ceiling_tflops", "ceiling_bw_gbps", "energy_method", "energy_reason"]
+    cells = cells.drop(columns=dropped).assign(compute_util=np.nan, bw_util=np.nan)
+    cells = cells.assign(weights_bytes=np.nan, cache_bytes=np.nan, activations_bytes=np.nan)
+    fig = plots.draw(name, cells)
+    words = texts(fig).replace("\n", " ")
+    expected = {
+        "bandwidth_utilization": "no measured ceiling (ceiling_bw_gbps)",
+        "compute_utilization": "no measured ceiling (ceiling_tflops)",
+        "roofline": "measured ceilings missing",
+        "memory_footprint": "measured peak",
+        "energy_per_token": "energy not measured here",
+        "efficiency_sweep": "(d) decode cost",
+    }[name]
+    assert expected in words
+    plt.close(fig)
+
+
+def test_every_figure_has_a_parameterized_notebook():
+    for name in ["latency_scaling", *NEW_FIGURES]:
+        notebook = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+        tagged = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
+        assert len(tagged) == 1, name
+        source = "".join(tagged[0]["source"])
+        path = "ops_path" if name == "op_breakdown" else "cells_path"
+        for param in (path, "out_pdf", "out_png", "models", "backends"):
+            assert f"{param} = " in source, (name, param)
+        code = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+        assert re.search(rf'plots\.draw\(\s*"{name}"', code), name
+
+
+def test_new_notebook_runs_under_papermill(tmp_path):
+    """A cells table with exactly the columns the schema has (what the extended table
+    lacks is filled empty), through the efficiency_sweep notebook."""
+    import papermill
+
+    cells = synthetic_cells()
+    columns = {}
+    for col, spec in tables.CELLS_SCHEMA.columns.items():
+        if col in cells:
+            columns[col] = cells[col]
+        elif str(spec.dtype).startswith("int"):
+            columns[col] = 1
+        elif str(spec.dtype) in ("str", "string", "object"):
+            columns[col] = ""
+        else:
+            columns[col] = np.nan
+    pd.DataFrame(columns).to_csv(tmp_path / "cells.csv", index=False)
+    out = tmp_path / "fig"
+    papermill.execute_notebook(
+        str(NOTEBOOKS / "efficiency_sweep.ipynb"),
+        str(tmp_path / "executed.ipynb"),
+        parameters=dict(
+            cells_path=str(tmp_path / "cells.csv"),
+            out_pdf=f"{out}.pdf",
+            out_png=f"{out}.png",
+        ),
+        kernel_name="python3",
+        cwd=str(NOTEBOOKS),
+        progress_bar=False,
+    )
+    assert (tmp_path / "fig.pdf").stat().st_size > 1000
+    assert (tmp_path / "fig.png").stat().st_size > 1000

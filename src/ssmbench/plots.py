@@ -165,9 +165,10 @@ def _filter(table: pd.DataFrame, **wanted) -> pd.DataFrame:
     return table[keep]
 
 
-def _filters_text(**wanted) -> str:
+def _none_found(what: str, **wanted) -> str:
+    """``no <what> in the table``, naming the filters that are set."""
     said = [f"{k}={v!r}" for k, v in wanted.items() if _as_list(v) is not None]
-    return ", ".join(said) if said else "no filter"
+    return f"no {what} in the table" + (f" with {', '.join(said)}" if said else "")
 
 
 def _with_columns(table: pd.DataFrame, numeric=(), text=()) -> pd.DataFrame:
@@ -378,11 +379,10 @@ def _metric_by_phase(
     )
     data = _with_columns(_filter(cells, **wanted), _CELL_NUMERIC, _CELL_TEXT)
     if data.empty:
-        return _empty_figure(title, f"no cells with {_filters_text(**wanted)} in the table", cells)
+        return _empty_figure(title, _none_found("cells", **wanted), cells)
     has_value = (data.status == "ok") & data[column].notna()
     if not has_value.any():
-        fig = _empty_figure(title, why_empty(data), data)
-        return fig
+        return _empty_figure(title, why_empty(data), data)
 
     phases = _phases(data)
     settings = sorted(data.groupby(["batch", "dtype"]).groups)
@@ -544,7 +544,7 @@ def roofline(
     wanted = dict(phase=phase, model=models, backend=backends, batch=batch, dtype=dtype)
     data = _with_columns(_filter(cells, **wanted), _CELL_NUMERIC, _CELL_TEXT)
     if data.empty:
-        return _empty_figure(title, f"no cells with {_filters_text(**wanted)} in the table", cells)
+        return _empty_figure(title, _none_found("cells", **wanted), cells)
     dtypes = sorted(set(data.dtype))
     fig, axes = plt.subplots(1, len(dtypes), figsize=(6.2 * len(dtypes), 4.8), squeeze=False)
     for ax, dt in zip(axes[0], dtypes, strict=True):
@@ -703,8 +703,8 @@ def memory_footprint(
     data = _one_setting(data[data.backend == backend], batch, dtype)
     title = f"{title}, {phase}, backend {backend}"
     if data.empty:
-        message = f"no cells with {_filters_text(**wanted, backend=backend, batch=batch)}"
-        return _empty_figure(title, message + " in the table", cells)
+        message = _none_found("cells", **wanted, backend=backend, batch=batch, dtype=dtype)
+        return _empty_figure(title, message, cells)
     parts = [p for p, *_ in MEMORY_PARTS]
     divisor, unit = _byte_unit(pd.concat([data[c] for c in parts + ["peak_bytes"]]))
     families = _families(data)
@@ -751,7 +751,8 @@ def memory_footprint(
             zorder=3,
             label="measured peak",
         )
-        not_ok = panel[panel.status != "ok"].assign(position=panel.seq_len.map(where))
+        not_ok = panel[panel.status != "ok"]
+        not_ok = not_ok.assign(position=not_ok.seq_len.map(where).astype(float))
         _mark_not_ok(ax, not_ok, floor=0.0, x="position")
         for row in not_ok.itertuples():
             ax.annotate(
@@ -805,8 +806,8 @@ def op_breakdown(
     )
     data = _one_setting(data, batch, dtype)
     if data.empty:
-        message = f"no operator profile with {_filters_text(**wanted, batch=batch, dtype=dtype)}"
-        return _empty_figure(title, message + " in the ops table", ops)
+        message = _none_found("operator profile", **wanted, batch=batch, dtype=dtype)
+        return _empty_figure(title, message.replace("the table", "the ops table"), ops)
     buckets = [b for b in BUCKET_COLORS if b in set(data.bucket)]
     buckets += sorted(set(data.bucket) - set(BUCKET_COLORS))
     several_phases = data.phase.nunique() > 1
@@ -832,6 +833,8 @@ def op_breakdown(
             continue
         bottom = np.zeros(len(lengths))
         for bucket in buckets:
+            if not table[bucket].any():
+                continue
             ax.bar(
                 range(len(lengths)),
                 table[bucket].to_numpy(),
@@ -899,7 +902,7 @@ def efficiency_sweep(
         panel = _one_setting(data[data.phase == phase], batch, dtype)
         if panel.empty:
             ax.set_title(name, fontsize=9)
-            _missing(ax, f"no {phase} cells with {_filters_text(**wanted, batch=batch)}")
+            _missing(ax, _none_found(f"{phase} cells", **wanted, batch=batch, dtype=dtype))
             continue
         shown.append(panel)
         ax.set_title(f"{name} (batch {_join(panel, 'batch')}, {_join(panel, 'dtype')})", fontsize=9)
