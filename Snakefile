@@ -1,4 +1,5 @@
-# ssm-bench: config -> verify -> bench (one job per cell) -> aggregate -> figures.
+# ssm-bench: config -> verify, calibrate -> bench (one job per cell), profile -> aggregate
+# -> figures.
 # Layout and paths: ../shared/DESIGN.md of the project, and src/ssmbench/paths.py.
 from snakemake.utils import min_version
 
@@ -10,6 +11,7 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/verify.smk"
+include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"

@@ -8,7 +8,9 @@ from ssmbench.tables import aggregate, write_tables
 
 with logged(snakemake):
     started = now()
-    tables = aggregate(snakemake.input.cells, snakemake.input.verify, snakemake.wildcards.run)
+    tables = aggregate(
+        snakemake.input.cells, snakemake.input.verify, snakemake.wildcards.run, snakemake.input.ops
+    )
     outputs = {name: path for name, path in snakemake.output.items() if name != "prov"}
     write_tables(tables, {path.rsplit("/", 1)[1]: path for path in outputs.values()})
     cells = tables["cells"]

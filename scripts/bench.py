@@ -5,7 +5,7 @@ import sys
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
-from ssmbench.cell import CellSpec, run_cell
+from ssmbench.cell import CellSpec, cap_address_space, run_cell
 from ssmbench.config import Cell, Size, Timing
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import write_record
@@ -24,6 +24,11 @@ with logged(snakemake):
     )
     with open(snakemake.input.verify) as f:
         verify = json.load(f)
+    with open(snakemake.input.device) as f:
+        device_info = json.load(f)
+    if p.cpu_mem_limit_gb and p.device == "cpu":
+        cap_address_space(p.cpu_mem_limit_gb)  # over it, the cell is oom
+        print(f"address space capped at {p.cpu_mem_limit_gb} GiB (RLIMIT_AS)")
     if verify["status"] != "passed":
         message = (
             f"{spec.cell.model}/{spec.cell.backend} is not timed: verification "
@@ -31,7 +36,7 @@ with logged(snakemake):
         )
         print(message)
         print(f"warning: {message}", file=sys.__stderr__)
-    record = run_cell(spec, verify=verify, threads=snakemake.threads)
+    record = run_cell(spec, verify=verify, threads=snakemake.threads, device_info=device_info)
     print(
         f"{snakemake.output.record}: {record.status} {record.reason} "
         f"median={record.time_ms_median} ms n={record.n_samples}"

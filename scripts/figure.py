@@ -13,7 +13,7 @@ with logged(snakemake):
     out = snakemake.output
     parameters = dict(snakemake.params.filters)
     parameters.update(
-        cells_path=os.path.abspath(snakemake.input.table),
+        **{f"{snakemake.params.table}_path": os.path.abspath(snakemake.input.table)},
         out_pdf=os.path.abspath(out.pdf),
         out_png=os.path.abspath(out.png),
     )

@@ -16,9 +16,17 @@ SIZE = Size(d_model=32, n_layers=1, n_heads=2, head_dim=16, expand=2, d_conv=4, 
 TIMING = Timing(warmup=1, min_samples=3, max_samples=3, min_time_s=0.0, max_time_s=5.0)
 
 
-def spec(model="mamba", backend="torch", seq_len=48, device="cpu", d_state=4) -> CellSpec:
-    cell = Cell(model, backend, "prefill", 1, seq_len, d_state, "fp32")
-    return CellSpec("t", cell, device, SIZE, TIMING, seed=0)
+def spec(
+    model="mamba",
+    backend="torch",
+    seq_len=48,
+    device="cpu",
+    d_state=4,
+    phase="prefill",
+    timing=TIMING,
+) -> CellSpec:
+    cell = Cell(model, backend, phase, 1, seq_len, d_state, "fp32")
+    return CellSpec("t", cell, device, SIZE, timing, seed=0)
 
 
 def test_ok_cell_has_samples_counts_and_measured_sizes():
@@ -34,7 +42,110 @@ def test_ok_cell_has_samples_counts_and_measured_sizes():
 
     c = counts.counts("mamba", "prefill", SIZE, 1, 48, 4, "fp32")
     assert r.weights_bytes == c.weights_bytes and r.cache_bytes == c.cache_bytes
+    assert r.cache_bytes_analytic == c.cache_bytes
     assert r.verify["status"] == "passed" and r.threads == 1
+    # the memory split adds up, measured from the allocator's events
+    assert r.memory_method == "cpu_profiler_memory_events"
+    assert r.peak_bytes == r.weights_bytes + r.cache_bytes + r.activations_bytes
+    assert r.activations_bytes > 48 * SIZE.d_model * 4  # at least the output y
+    assert r.spread is not None and r.spread >= 0
+    # no RAPL on this machine (or none readable): energy is empty and says why
+    if r.energy_j is None:
+        assert r.energy_method == "none" and r.energy_reason
+
+
+MODELS = ["attention", "mamba", "mamba2", "deltanet", "hybrid"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_decode_cell_steps_from_a_cache_of_t_tokens(model):
+    from ssmbench import counts
+
+    d_state = 0 if model in ("attention", "deltanet") else 4
+    r = run_cell(spec(model=model, phase="decode", d_state=d_state), threads=1)
+    assert r.status == "ok", r.reason
+    assert r.tokens == 1 and r.n_samples == 3
+    c = counts.counts(model, "decode", SIZE, 1, 48, d_state, "fp32")
+    # the cache going in is the one a prefill of 48 tokens returns, byte for byte
+    assert r.cache_bytes == c.cache_bytes == r.cache_bytes_analytic
+    assert r.peak_bytes == r.weights_bytes + r.cache_bytes + r.activations_bytes
+
+
+@pytest.mark.parametrize("model", ["attention", "mamba2"])
+def test_train_cell_runs_forward_and_backward(model):
+    d_state = 0 if model == "attention" else 4
+    r = run_cell(spec(model=model, phase="train", d_state=d_state), threads=1)
+    assert r.status == "ok", r.reason
+    assert r.tokens == 48 and r.cache_bytes == 0
+    # a training step allocates every parameter's gradient on top of the activations
+    assert r.activations_bytes >= r.weights_bytes
+    prefill = run_cell(spec(model=model, d_state=d_state), threads=1)
+    assert r.time_ms_median > prefill.time_ms_median
+
+
+def test_compile_decode_is_unavailable_with_its_reason():
+    r = run_cell(spec(model="mamba2", backend="compile", phase="decode"), threads=1)
+    assert r.status == "unavailable" and "compile has no decode step" in r.reason
+
+
+def test_utilization_against_the_calibrated_ceilings():
+    device_info = {
+        "ceilings": {"tflops": {"fp32": 0.5}, "bw_gbps": 20.0},
+        "datasheet": {"tflops": {"fp32": 2.0}, "memory_gbps": 80.0},
+        "float32_matmul_precision": "highest",
+    }
+    r = run_cell(spec(), threads=1, device_info=device_info)
+    assert r.status == "ok", r.reason
+    assert r.ceiling_tflops == 0.5 and r.ceiling_bw_gbps == 20.0
+    assert r.compute_util == pytest.approx(r.tflops / 0.5)
+    assert r.bw_util == pytest.approx(r.bw_gbps / 20.0)
+    assert r.compute_util_datasheet == pytest.approx(r.tflops / 2.0)
+    assert r.bw_util_datasheet == pytest.approx(r.bw_gbps / 80.0)
+
+
+def test_a_cell_over_its_time_budget_is_a_timeout_with_its_samples():
+    """The budget ends sampling between calls: the samples taken are kept."""
+    timing = Timing(
+        warmup=0,
+        min_samples=10_000,
+        max_samples=10_000,
+        min_time_s=0.0,
+        max_time_s=60.0,
+        timeout_s=1.5,
+    )
+    r = run_cell(spec(model="mamba2", backend="naive", timing=timing), threads=1)
+    assert r.status == "timeout", r.reason
+    assert 0 < r.n_samples == len(r.samples_ms) < 10_000 and r.time_ms_median is None
+    assert "timeout_s=1.5 s ran out after" in r.reason and "min_samples=10000" in r.reason
+
+
+def test_a_timeout_interrupts_a_long_python_loop():
+    """The deadline alarm stops a naive loop over time in the middle of a call."""
+    import time
+
+    timing = Timing(
+        warmup=0, min_samples=1, max_samples=1, min_time_s=0.0, max_time_s=60.0, timeout_s=0.3
+    )
+    start = time.monotonic()
+    r = run_cell(spec(model="mamba", backend="naive", seq_len=200_000, timing=timing), threads=1)
+    assert r.status == "timeout" and r.n_samples == 0, r.reason
+    assert time.monotonic() - start < 10  # the whole loop would take ~15 s
+
+
+def test_profile_cell_buckets_and_writes_a_trace(tmp_path):
+    import gzip
+
+    from ssmbench.cell import profile_cell
+    from ssmbench.measure.profile import BUCKETS
+
+    trace = tmp_path / "t.trace.json.gz"
+    rows = profile_cell(spec(model="attention", d_state=0), trace_path=str(trace), threads=1)
+    assert [r["bucket"] for r in rows] == list(BUCKETS)
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    by = {r["bucket"]: r for r in rows}
+    assert by["gemm"]["time_ms"] > 0 and by["attention"]["time_ms"] > 0
+    assert {r["model"] for r in rows} == {"attention"} and rows[0]["time_basis"] == "cpu_self"
+    assert "traceEvents" in json.loads(gzip.decompress(trace.read_bytes()))
 
 
 def test_failed_verification_is_never_timed_and_says_by_how_much(monkeypatch):
@@ -80,6 +191,18 @@ def test_a_crash_becomes_a_failed_record(monkeypatch):
 )
 def test_oom_classification(error, oom):
     assert is_oom(error) is oom
+
+
+@pytest.mark.slow
+def test_a_cell_over_the_configured_memory_cap_is_oom(tmp_path):
+    """`--mem-limit-gb` (the preset's cpu_mem_limit_gb in the workflow) caps the cell's
+    process; attention scores of 2 x 32768^2 floats (8 GiB) cannot fit under 5 GiB."""
+    cmd = [sys.executable, "-m", "ssmbench", "cell", "--preset", "ci", "--model", "attention"]
+    cmd += ["--backend", "naive", "--seq-len", "32768", "--threads", "1", "--no-verify"]
+    out = subprocess.run(cmd + ["--mem-limit-gb", "5"], capture_output=True, text=True, timeout=300)
+    record = json.loads(out.stdout)
+    assert out.returncode == 1 and record["status"] == "oom", record["reason"]
+    assert "allocate" in record["reason"]
 
 
 @pytest.mark.slow

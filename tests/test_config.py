@@ -28,7 +28,35 @@ def test_default_config_plans_cpu_without_gpu():
     assert {c.seq_len for c in plan.cells} == {256, 512, 1024, 2048, 4096}
     families = ("attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid")
     assert set(plan.pairs) == {(m, b) for m in families for b in ("naive", "torch")}
-    assert len(plan.cells) == 7 * 2 * 5
+    by_phase = {
+        ph: {c for c in plan.cells if c.phase == ph} for ph in ("prefill", "decode", "train")
+    }
+    assert len(by_phase["prefill"]) == 7 * 2 * 5
+    assert {c.seq_len for c in by_phase["decode"]} == {256, 1024, 4096}
+    assert {c.seq_len for c in by_phase["train"]} == {256, 1024}
+    assert len(plan.cells) == 7 * 2 * (5 + 3 + 2)
+    # the profiled cells are torch prefills, also timed by the first sweep
+    assert plan.profiled and plan.profiled <= by_phase["prefill"]
+    assert {c.backend for c in plan.profiled} == {"torch"}
+
+
+def test_profile_and_timing_keys():
+    c = cfg(preset="ci")
+    plan = sbconfig.plan(c)
+    assert plan.calibrate_quick and plan.cpu_mem_limit_gb == 16
+    assert plan.timing.timeout_s == 60 and plan.timing.target_spread == 0.0
+    assert plan.figure_cells("op_breakdown") == sorted(plan.profiled)
+    for sweep in c["presets"]["ci"]["sweeps"]:
+        sweep.pop("profile", None)
+    with pytest.raises(sbconfig.ConfigError, match="figures.op_breakdown: no cell with profile"):
+        sbconfig.plan(c)
+
+
+def test_timeout_shorter_than_the_sampling_minimum_is_refused():
+    c = cfg(preset="ci")
+    c["presets"]["ci"]["timing"].update(min_time_s=5.0, timeout_s=1.0)
+    with pytest.raises(sbconfig.ConfigError, match="timing.timeout_s: 1.0 is less than"):
+        sbconfig.plan(c)
 
 
 def test_auto_picks_gpu_when_cuda_and_run_override():
@@ -90,14 +118,16 @@ def _bad_no_sweeps():
 
 def _bad_figure_needs_missing_backend():
     c = cfg()
-    sweep_of(c)["backends"] = ["torch"]
+    for sweep in c["presets"]["cpu"]["sweeps"]:
+        sweep["backends"] = ["torch"]
     c["figures"]["latency_scaling"] = {"phase": "prefill", "backends": ["naive"]}
     return c, ["figures.latency_scaling.backends", "'naive'"]
 
 
 def _bad_figure_needs_missing_model():
     c = cfg(preset="ci")
-    sweep_of(c, "ci")["models"] = ["attention"]
+    for sweep in c["presets"]["ci"]["sweeps"]:
+        sweep["models"] = ["attention"]
     c["figures"]["latency_scaling"] = {"models": ["mamba"]}
     return c, ["figures.latency_scaling.models", "'mamba'", "'ci'"]
 

@@ -8,6 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ssmbench import counts
 from ssmbench.config import Size
+from ssmbench.measure.memory import tensor_bytes
 from ssmbench.models import FAMILIES, build_model
 
 SIZES = [
@@ -104,6 +105,12 @@ def test_cache_size_matches_what_prefill_returns(model):
         return sum(elements(o) for o in obj)
 
     assert elements(cache) == counts.cache_elements(model, size, 2, 21, D_STATE)
+    # and that is all the cache keeps alive: no view into a (b, t, ...) activation
+    held = tensor_bytes(cache)
+    assert held == counts.cache_elements(model, size, 2, 21, D_STATE) * 4, (
+        f"{model}: the cache holds {held} bytes of storage for "
+        f"{counts.cache_elements(model, size, 2, 21, D_STATE) * 4} bytes of state"
+    )
 
 
 def test_minimum_bytes_and_intensity():

@@ -40,8 +40,19 @@ def ci_run(tmp_path_factory):
 def test_tables_hold_every_cell_verified_and_measured(ci_run):
     tables = ci_run / "results" / "ci" / "tables"
     cells = pd.read_csv(tables / "cells.csv")
-    assert len(cells) == len(CI.cells) == 7 * 2 * 2
+    assert len(cells) == len(CI.cells) == 7 * 2 * 2 + 7 * 2 * 2  # prefill; decode, train
+    assert set(cells.phase) == {"prefill", "decode", "train"}
     assert (cells.status == "ok").all(), cells[["model", "backend", "status", "reason"]]
+    # utilization against the run's own calibration
+    device = json.loads((ci_run / "results" / "ci" / "device.json").read_text())
+    assert cells.ceiling_tflops.eq(device["ceilings"]["tflops"]["fp32"]).all()
+    assert (cells.compute_util == cells.tflops / cells.ceiling_tflops).all()
+    assert (
+        cells.peak_bytes == cells.weights_bytes + cells.cache_bytes + cells.activations_bytes
+    ).all()
+    ops = pd.read_csv(tables / "ops.csv")
+    assert len(ops) == len(CI.profiled) * 7
+    assert ops.groupby(["model", "seq_len"]).share.sum().round(6).eq(1.0).all()
     assert (cells.time_ms_p95 >= cells.time_ms_median).all()
     assert (cells.flop > 0).all() and (cells.bytes > 0).all()
     assert (cells.tflops == cells.flop / (cells.time_ms_median / 1e3) / 1e12).all()
@@ -56,8 +67,11 @@ def test_tables_hold_every_cell_verified_and_measured(ci_run):
 
 def test_figure_and_executed_notebook(ci_run):
     figures = ci_run / "figures" / "ci"
-    for ext in ("pdf", "png", "ipynb"):
-        assert (figures / f"latency_scaling.{ext}").stat().st_size > 1000
+    for figure in CI.figures:
+        for ext in ("pdf", "png", "ipynb"):
+            assert (figures / f"{figure}.{ext}").stat().st_size > 1000, figure
+    # the profiled cells' traces are kept beside their ops rows
+    assert len(list((ci_run / "results" / "ci" / "profile").rglob("*.trace.json.gz"))) == 2
     notebook = json.loads((figures / "latency_scaling.ipynb").read_text())
     tags = [c["metadata"].get("tags", []) for c in notebook["cells"]]
     injected = [
@@ -113,8 +127,9 @@ def test_artifact_evaluation_without_torch(ci_run, tmp_path):
     runs = sbconfig.precollected_runs(wf / "results" / "precollected")
     assert "ci-copy" in runs
     for run in runs:
-        for ext in ("pdf", "png", "ipynb"):
-            assert (wf / "figures" / run / f"latency_scaling.{ext}").is_file()
+        for figure in CI.figures:
+            for ext in ("pdf", "png", "ipynb"):
+                assert (wf / "figures" / run / f"{figure}.{ext}").is_file(), (run, figure)
     assert outputs_without_sidecar(wf / "figures") == []
     assert not (wf / "results" / "ci").exists()  # nothing measured
 

@@ -15,7 +15,7 @@ import json
 import sys
 
 from ssmbench import config as sbconfig
-from ssmbench.cell import CellSpec, run_cell, run_verify
+from ssmbench.cell import CellSpec, cap_address_space, run_cell, run_verify
 from ssmbench.records import write_record
 
 # The same names as ssmbench.models.FAMILIES, without importing torch for --help.
@@ -43,12 +43,18 @@ def main(argv: list[str] | None = None) -> int:
 
     cell = sub.add_parser("cell", help="verify, then measure one cell and print its record")
     common(cell)
-    cell.add_argument("--phase", default="prefill", choices=["prefill"])
+    cell.add_argument("--phase", default="prefill", choices=["prefill", "decode", "train"])
     cell.add_argument("--batch", type=_positive, default=1)
     cell.add_argument("--seq-len", type=_positive, required=True)
     cell.add_argument("--d-state", type=_positive, default=16)
     cell.add_argument("--threads", type=_positive, help="CPU threads (default: all cores)")
     cell.add_argument("--no-verify", action="store_true", help="time without verifying first")
+    cell.add_argument(
+        "--mem-limit-gb",
+        type=float,
+        help="cap this process's address space (RLIMIT_AS) so that a cell over it is oom "
+        "(default: the preset's cpu_mem_limit_gb on CPU)",
+    )
     cell.add_argument("--out", help="also write the record to this path")
     cell.add_argument("--summary", action="store_true", help="print one line, not the record")
 
@@ -77,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         timing=sbconfig.Timing(**preset["timing"]),
         seed=args.seed,
     )
+    limit = args.mem_limit_gb or (preset.get("cpu_mem_limit_gb") if device == "cpu" else None)
+    if limit:
+        cap_address_space(limit)
     record = run_cell(spec, verify=verify_record, threads=args.threads)
     if args.out:
         write_record(args.out, record)

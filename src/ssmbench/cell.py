@@ -41,6 +41,17 @@ def device_unavailable(device: str) -> str:
     return ""
 
 
+def cap_address_space(gigabytes: float) -> None:
+    """Cap this process's address space at ``gigabytes`` GiB (RLIMIT_AS): an allocation
+    past it fails, and the cell ends as ``oom`` instead of driving the machine into swap or
+    the kernel's OOM killer.  The cap counts everything mapped (libraries, thread stacks),
+    not only tensors, so it must leave room for them (torch itself maps ~2 GiB here)."""
+    import resource
+
+    cap = int(gigabytes * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
 def device_name(device: str) -> str:
     if device == "cuda":
         import torch
@@ -124,11 +135,19 @@ def verify_summary(verify: dict) -> dict:
     return {k: verify[k] for k in ("status", "reason", "device", "dtypes", "seed")}
 
 
-def run_cell(spec: CellSpec, verify: dict | None = None, threads: int | None = None) -> CellRecord:
+def run_cell(
+    spec: CellSpec,
+    verify: dict | None = None,
+    threads: int | None = None,
+    device_info: dict | None = None,
+) -> CellRecord:
     """Measure one cell and return its record.
 
     ``verify`` is the (model, backend) verify record: a backend that did not pass is never
     timed.  ``threads`` fixes torch's CPU thread count (default: all cores).
+    ``device_info`` is the run's ``device.json`` (from the ``calibrate`` rule): with it the
+    record gets its utilization against the measured ceilings.  ``spec.timing.timeout_s``
+    bounds the whole cell (see :mod:`ssmbench.measure.timing`).
     """
     c = spec.cell
     record = CellRecord(
@@ -147,8 +166,15 @@ def run_cell(spec: CellSpec, verify: dict | None = None, threads: int | None = N
         git_commit=git_state()["commit"],
         verify=verify_summary(verify) if verify is not None else None,
     )
+    timeout_s = spec.timing.timeout_s
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    from ssmbench.measure.timing import CellTimeout, deadline_alarm
+
     try:
-        _measure_into(record, spec, verify, threads)
+        with deadline_alarm(deadline):
+            _measure_into(record, spec, verify, threads, device_info, deadline)
+    except CellTimeout:
+        _timed_out(record, spec.timing)
     except Exception as e:
         if _unavailable(e):
             record.status, record.reason = "unavailable", str(e)
@@ -159,7 +185,131 @@ def run_cell(spec: CellSpec, verify: dict | None = None, threads: int | None = N
     return record
 
 
-def _measure_into(record: CellRecord, spec: CellSpec, verify: dict | None, threads) -> None:
+def _timed_out(record: CellRecord, timing: Timing) -> None:
+    record.status = "timeout"
+    record.reason = (
+        f"the cell's budget of timeout_s={timing.timeout_s:g} s ran out after "
+        f"{record.n_samples} of min_samples={timing.min_samples} samples"
+    )
+
+
+class Work:
+    """What one cell times: ``fn()`` runs one call of its phase.
+
+    ``cache`` is the state or KV cache the call reads (decode) or returns (prefill), for
+    the memory split; ``train`` says whether gradients are on.
+    """
+
+    def __init__(self, fn, cache, train: bool):
+        self.fn, self.cache, self.train = fn, cache, train
+
+
+def phase_work(c: Cell, model, x) -> Work:
+    """The callable of ``c.phase`` on ``model`` and input ``x (b, t, d_model)``.
+
+    * prefill: ``model(x)``, the forward over T tokens, returning the output and every
+      layer's state or KV cache;
+    * decode: ``model.step(x_T, cache)``, one more token per sequence given the cache of
+      T tokens; the cache is built before timing by a prefill with the ``torch`` backend
+      (the forms are verified equal; the naive loop would only make set-up slow), and
+      every sample steps from that same cache (the step returns a new one);
+    * train: forward and backward over T tokens with the scalar loss mean(y^2) in float32,
+      gradients for every parameter (set to None before each call, so each call allocates
+      them as a training step does).
+
+    The compile backend compiles the sequence operators, not the one-token step: its decode
+    cells are ``unavailable`` (the step of the torch cells is the same code).
+    """
+    import torch
+
+    if c.phase == "prefill":
+        with torch.inference_mode():
+            _, cache = model(x)
+        return Work(lambda: model(x), cache, train=False)
+    if c.phase == "decode":
+        if c.backend == "compile":
+            from ssmbench.models.common import BackendUnavailable
+
+            raise BackendUnavailable(
+                "compile has no decode step: torch.compile covers the sequence operators; "
+                "a decode step runs the eager one-token code of the torch cells"
+            )
+        backend, model.backend = model.backend, "torch"
+        try:
+            with torch.inference_mode():
+                _, cache = model(x)
+        finally:
+            model.backend = backend
+        x_t = x[:, -1].clone()  # (b, d_model): any token will do, this one is real data
+        return Work(lambda: model.step(x_t, cache), cache, train=False)
+    if c.phase == "train":
+        params = list(model.parameters())
+
+        def step():
+            for p in params:
+                p.grad = None
+            y, _ = model(x)
+            y.float().square().mean().backward()
+
+        return Work(step, None, train=True)
+    raise ValueError(f"unknown phase {c.phase!r}; known: prefill, decode, train")
+
+
+def _set_threads(threads: int | None) -> int:
+    import torch
+
+    threads = threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    return threads
+
+
+def _model_and_input(spec: CellSpec):
+    """The cell's model (weights from the seed) and its input ``x (b, t, d_model)``."""
+    import torch
+
+    from ssmbench.models import DTYPES, build_model
+
+    c = spec.cell
+    dtype = DTYPES[c.dtype]
+    model = build_model(
+        c.model,
+        spec.size,
+        max(c.d_state, 1),
+        c.backend,
+        device=spec.device,
+        dtype=dtype,
+        seed=spec.seed,
+    )
+    generator = torch.Generator(device="cpu").manual_seed(spec.seed)
+    x = torch.randn(c.batch, c.seq_len, spec.size.d_model, generator=generator)
+    return model, x.to(device=spec.device, dtype=dtype)
+
+
+def profile_cell(
+    spec: CellSpec, trace_path: str | None = None, threads: int | None = None, iters: int = 3
+) -> list[dict]:
+    """The operator profile of one cell (:func:`ssmbench.measure.profile.profile_ops` over
+    ``iters`` calls of its phase after one warm-up), one row per bucket with the cell's
+    keys; the Chrome trace goes to ``trace_path``.  Profiling slows the calls down, so it
+    runs in a job of its own, never inside a timed cell.  Raises what the cell would
+    raise (a cell that cannot run has no profile)."""
+    import torch
+
+    from ssmbench.measure.profile import profile_ops
+
+    c = spec.cell
+    _set_threads(threads)
+    model, x = _model_and_input(spec)
+    work = phase_work(c, model, x)
+    with torch.inference_mode(not work.train):
+        rows = profile_ops(work.fn, spec.device, warmup=1, iters=iters, trace_path=trace_path)
+    keys = {"run": spec.run, **asdict(c), "device": spec.device}
+    return [{**keys, "device_name": device_name(spec.device), **row} for row in rows]
+
+
+def _measure_into(
+    record: CellRecord, spec: CellSpec, verify: dict | None, threads, device_info, deadline
+) -> None:
     c = spec.cell
     if verify is not None and verify["status"] != "passed":
         record.status = "unavailable" if verify["status"] == "unavailable" else "failed"
@@ -174,59 +324,82 @@ def _measure_into(record: CellRecord, spec: CellSpec, verify: dict | None, threa
 
     import torch
 
+    from ssmbench.measure.energy import EnergyMeter, clock_drop, gpu_clocks
+    from ssmbench.measure.memory import measure_peak, tensor_bytes
     from ssmbench.measure.timing import measure
-    from ssmbench.models import DTYPES, build_model
 
-    threads = threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
-    record.threads = threads
+    record.threads = _set_threads(threads)
     record.load_avg_1m = os.getloadavg()[0]  # another busy process skews CPU timings
     record.device_name = device_name(spec.device)
-    dtype = DTYPES[c.dtype]
-    model = build_model(
-        c.model,
-        spec.size,
-        max(c.d_state, 1),
-        c.backend,
-        device=spec.device,
-        dtype=dtype,
-        seed=spec.seed,
-    )
-    generator = torch.Generator(device="cpu").manual_seed(spec.seed)
-    x = torch.randn(c.batch, c.seq_len, spec.size.d_model, generator=generator)
-    x = x.to(device=spec.device, dtype=dtype)
+    model, x = _model_and_input(spec)
 
     start = time.perf_counter()
-    with torch.inference_mode():
-        _, cache = model(x)  # the first warm-up call, whose cache is sized below
-        result = measure(lambda: model(x), spec.timing, spec.device)
-    measure_s = time.perf_counter() - start
+    work = phase_work(c, model, x)  # prefill and decode: the first warm-up call
+    fn = work.fn
+    meter = EnergyMeter(spec.device)
+    cuda = spec.device == "cuda"
+    clocks_before = gpu_clocks() if cuda else None
+    with torch.inference_mode(not work.train):
+        result = measure(fn, spec.timing, spec.device, deadline=deadline, meter=meter)
+    clocks_after = gpu_clocks() if cuda else None
+    record.measure_s = time.perf_counter() - start
+    record.samples_ms = result.samples_ms
+    record.warmup = result.warmup + (1 if c.phase == "prefill" else 0)
+    record.n_samples = len(result.samples_ms)
+    if result.timed_out and record.n_samples < spec.timing.min_samples:
+        _timed_out(record, spec.timing)
+        return
+    record.time_ms_median = result.median_ms
+    record.time_ms_p95 = result.p95_ms
+    record.spread = result.spread
 
     n = counts_mod.counts(c.model, c.phase, spec.size, c.batch, c.seq_len, c.d_state, c.dtype)
     median_s = result.median_ms / 1e3
-    record.samples_ms = result.samples_ms
-    record.warmup = result.warmup + 1
-    record.n_samples = len(result.samples_ms)
-    record.time_ms_median = result.median_ms
-    record.time_ms_p95 = result.p95_ms
-    record.measure_s = measure_s
     record.tokens = n.tokens
     record.flop = n.flop
     record.bytes = n.bytes
     record.intensity = n.intensity
     record.tflops = n.flop / median_s / 1e12
     record.bw_gbps = n.bytes / median_s / 1e9
-    # Measured, not analytic: the parameters and the cache this forward pass returned.
+    if device_info:
+        from ssmbench.measure.ceilings import utilization
+
+        ceilings = device_info.get("ceilings") or {}
+        record.ceiling_tflops = (ceilings.get("tflops") or {}).get(c.dtype)
+        record.ceiling_bw_gbps = ceilings.get("bw_gbps")
+        for key, value in utilization(record.tflops, record.bw_gbps, device_info, c.dtype).items():
+            setattr(record, key, value)
+
+    energy = meter.result
+    if energy is not None:
+        record.energy_method, record.energy_reason = energy.method, energy.reason
+        if energy.energy_j is not None and record.n_samples:
+            record.energy_j = energy.energy_j / record.n_samples  # one call
+            record.energy_j_per_token = record.energy_j / n.tokens
+    if cuda:
+        record.sm_clock_before_mhz = clocks_before["sm_clock_mhz"]
+        record.sm_clock_after_mhz = clocks_after["sm_clock_mhz"]
+        record.temperature_before_c = clocks_before["temperature_c"]
+        record.temperature_after_c = clocks_after["temperature_c"]
+        if clocks_before["sm_clock_mhz"] is not None:
+            record.clock_drop = clock_drop(clocks_before, clocks_after)
+
+    # Memory, measured on one more call outside the timed loop (see ssmbench.measure.memory)
+    #   prefill: peak = weights + the call's peak, of which the returned cache is `cache`
+    #   decode:  peak = weights + the cache read + the step's peak (activations)
+    #   train:   peak = weights + the step's peak (activations, gradients included)
     record.weights_bytes = float(sum(p.numel() * p.element_size() for p in model.parameters()))
-    record.cache_bytes = float(_tensor_bytes(cache))
-
-
-def _tensor_bytes(obj) -> int:
-    """Bytes held by the tensors in a nest of tuples, lists and dicts."""
-    if hasattr(obj, "element_size"):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(o) for o in obj)
-    return 0
+    record.cache_bytes_analytic = n.cache_bytes
+    for p in model.parameters():
+        p.grad = None
+    with torch.inference_mode(not work.train):
+        peak = measure_peak(fn, spec.device, warmup=0)
+    record.memory_method = peak["method"]
+    cache = float(tensor_bytes(work.cache)) if work.cache is not None else 0.0
+    record.cache_bytes = cache
+    if c.phase == "prefill":
+        record.peak_bytes = record.weights_bytes + peak["peak_bytes"]
+        record.activations_bytes = max(peak["peak_bytes"] - cache, 0.0)
+    else:
+        record.peak_bytes = record.weights_bytes + cache + peak["peak_bytes"]
+        record.activations_bytes = float(peak["peak_bytes"])

@@ -64,13 +64,24 @@ class Size:
 
 @dataclass(frozen=True)
 class Timing:
-    """Sampling budget of a cell: warm-up runs, then samples until both minimums are met."""
+    """Sampling budget of a cell (see :func:`ssmbench.measure.timing.measure`).
+
+    Warm-up: ``warmup`` calls and at least ``warmup_s`` seconds (Triton autotuning and GPU
+    clocks settle in it).  Then samples until ``min_samples`` and ``min_time_s`` are both
+    reached and the relative spread of the samples (interquartile range over median) is at
+    most ``target_spread`` (0: no spread target), or until ``max_samples`` or
+    ``max_time_s``.  ``timeout_s`` bounds the whole cell: a cell that has not taken
+    ``min_samples`` samples by then is a ``timeout`` and keeps the samples it took.
+    """
 
     warmup: int
     min_samples: int
     max_samples: int
     min_time_s: float
     max_time_s: float
+    warmup_s: float = 0.0
+    target_spread: float = 0.0
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True, order=True)
@@ -86,12 +97,21 @@ class Cell:
     dtype: str
 
 
+# The table a figure is drawn from, when not the cells table.
+FIGURE_TABLES = {"op_breakdown": "ops"}
+
+
 @dataclass(frozen=True)
 class FigureSpec:
     name: str
     phase: str | None = None
     models: tuple[str, ...] | None = None
     backends: tuple[str, ...] | None = None
+
+    @property
+    def table(self) -> str:
+        """``"cells"`` or ``"ops"``: the table the figure reads."""
+        return FIGURE_TABLES.get(self.name, "cells")
 
     def selects(self, cell: Cell) -> bool:
         return (
@@ -115,12 +135,17 @@ class Plan:
     seed: int = 0
     source: str = "live"
     mem_mb: int = 8000
+    cpu_mem_limit_gb: float | None = None
     precollected_dir: str = "results/precollected"
     pairs: tuple[tuple[str, str], ...] = field(default=())
+    profiled: frozenset[Cell] = field(default=frozenset())
+    calibrate_quick: bool = False
 
     def figure_cells(self, figure: str) -> list[Cell]:
+        """The cells a figure draws: for a figure of the ops table, the profiled ones."""
         spec = self.figures[figure]
-        return [c for c in self.cells if spec.selects(c)]
+        cells = self.cells if spec.table == "cells" else sorted(self.profiled)
+        return [c for c in cells if spec.selects(c)]
 
 
 def load(path: str | os.PathLike = CONFIG, overrides: dict | None = None) -> dict:
@@ -200,6 +225,14 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         )
 
     cells = sorted({c for sweep in preset["sweeps"] for c in expand_sweep(sweep)})
+    profiled = frozenset(
+        c for sweep in preset["sweeps"] if sweep.get("profile") for c in expand_sweep(sweep)
+    )
+    if t.get("timeout_s") is not None and t["timeout_s"] < t["min_time_s"]:
+        raise ConfigError(
+            f"config key presets.{name}.timing.timeout_s: {t['timeout_s']} is less than "
+            f"min_time_s={t['min_time_s']}"
+        )
     figures = {
         fig: FigureSpec(
             fig,
@@ -212,7 +245,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     source = config["source"]
     if source == "live":
         for spec in figures.values():
-            _check_figure(name, spec, cells)
+            _check_figure(name, spec, cells if spec.table == "cells" else sorted(profiled))
 
     return Plan(
         preset=name,
@@ -225,6 +258,9 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         seed=config["seed"],
         source=source,
         mem_mb=preset.get("mem_mb", 8000),
+        cpu_mem_limit_gb=preset.get("cpu_mem_limit_gb"),
+        profiled=profiled,
+        calibrate_quick=preset.get("calibrate_quick", False),
         precollected_dir=config.get("precollected_dir", "results/precollected"),
         pairs=tuple(sorted({(c.model, c.backend) for c in cells})),
     )
@@ -246,8 +282,9 @@ def _check_figure(preset: str, spec: FigureSpec, cells: list[Cell]) -> None:
                     f"preset {preset!r} (it has {key}: {sorted(have)})"
                 )
     if not any(spec.selects(c) for c in cells):
+        profiled = " with profile: true" if spec.table == "ops" else ""
         raise ConfigError(
-            f"config key figures.{spec.name}: no cell of preset {preset!r} matches "
+            f"config key figures.{spec.name}: no cell{profiled} of preset {preset!r} matches "
             f"phase={spec.phase!r}, models={spec.models}, backends={spec.backends}"
         )
 

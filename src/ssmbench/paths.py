@@ -10,13 +10,17 @@ PRECOLLECTED = "results/precollected"
 
 VERIFY = "results/{run}/verify/{model}/{backend}.json"
 CELL = "results/{run}/cells/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.json"
+PROFILE = "results/{run}/profile/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}"
+OPS = PROFILE + ".ops.csv"
+TRACE = PROFILE + ".trace.json.gz"
+DEVICE = "results/{run}/device.json"
 TABLE = "results/{run}/tables/{table}"
 FIGURE_TABLE = "results/{run}/tables/figures/{figure}.csv"
 FIGURE = "figures/{run}/{figure}.{ext}"
 PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
 
 # The tables `aggregate` writes, in DESIGN.md's names.
-TABLES = ("cells.csv", "cells.parquet", "samples.parquet", "verify.csv")
+TABLES = ("cells.csv", "cells.parquet", "samples.parquet", "verify.csv", "ops.csv")
 FIGURE_EXTS = ("pdf", "png", "ipynb")
 
 PROV_SUFFIX = ".prov.json"
@@ -33,7 +37,11 @@ def verify_record(run: str, model: str, backend: str) -> str:
 
 def cell_record(run: str, cell) -> str:
     """``cell`` is anything with the cell's axes as attributes (``ssmbench.config.Cell``)."""
-    return CELL.format(
+    return _cell_path(CELL, run, cell)
+
+
+def _cell_path(pattern: str, run: str, cell) -> str:
+    return pattern.format(
         run=run,
         model=cell.model,
         backend=cell.backend,
@@ -43,6 +51,21 @@ def cell_record(run: str, cell) -> str:
         d_state=cell.d_state,
         dtype=cell.dtype,
     )
+
+
+def ops(run: str, cell) -> str:
+    """The operator profile (ops.csv rows) of a profiled cell."""
+    return _cell_path(OPS, run, cell)
+
+
+def trace(run: str, cell) -> str:
+    """The gzipped Chrome trace of a profiled cell."""
+    return _cell_path(TRACE, run, cell)
+
+
+def device(run: str) -> str:
+    """The run's calibration: measured ceilings and datasheet peaks."""
+    return DEVICE.format(run=run)
 
 
 def table(run: str, name: str) -> str:

@@ -19,7 +19,7 @@ from ssmbench.config import REPO
 
 STATUSES = ("ok", "oom", "unavailable", "timeout", "failed")
 SCHEMA = REPO / "workflow" / "schemas" / "record.schema.json"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -47,6 +47,7 @@ class CellRecord:
     time_ms_median: float | None = None
     time_ms_p95: float | None = None
     n_samples: int = 0
+    spread: float | None = None  # interquartile range / median of the samples
     measure_s: float | None = None  # wall time of every warm-up call and sample
     # analytic work (ssmbench.counts) and what the samples make of it
     tokens: int | None = None
@@ -55,16 +56,32 @@ class CellRecord:
     intensity: float | None = None
     tflops: float | None = None
     bw_gbps: float | None = None
-    compute_util: float | None = None  # needs the calibrated ceilings of device.json
+    # utilization: fractions of the ceilings measured by `calibrate` (device.json), and
+    # of the datasheet peaks beside them where the device has a datasheet entry
+    ceiling_tflops: float | None = None
+    ceiling_bw_gbps: float | None = None
+    compute_util: float | None = None
     bw_util: float | None = None
-    # memory, bytes
+    compute_util_datasheet: float | None = None
+    bw_util_datasheet: float | None = None
+    # memory, bytes: peak = weights + cache + activations (see ssmbench.cell)
     peak_bytes: float | None = None
     weights_bytes: float | None = None
     cache_bytes: float | None = None
+    cache_bytes_analytic: float | None = None  # ssmbench.counts, at the model's dtype
     activations_bytes: float | None = None
-    # energy
+    memory_method: str = ""
+    # energy of one call (joules), and how it was measured or why not
     energy_j: float | None = None
     energy_j_per_token: float | None = None
+    energy_method: str = ""
+    energy_reason: str = ""
+    # GPU clocks around the timed loop (NVML); a drop flags throttling
+    sm_clock_before_mhz: float | None = None
+    sm_clock_after_mhz: float | None = None
+    temperature_before_c: float | None = None
+    temperature_after_c: float | None = None
+    clock_drop: bool | None = None
     # where it came from
     verify: dict | None = None
     git_commit: str = ""

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pandera.pandas as pa
 
+from ssmbench.measure.profile import BUCKETS  # torch-free at import
 from ssmbench.records import STATUSES, CellRecord, read_record
 
 KEYS = ["run", "model", "backend", "phase", "batch", "seq_len", "d_state", "dtype"]
@@ -32,14 +33,26 @@ CELL_COLUMNS = KEYS + [
     "intensity",
     "tflops",
     "bw_gbps",
+    "spread",
+    "ceiling_tflops",
+    "ceiling_bw_gbps",
     "compute_util",
     "bw_util",
+    "compute_util_datasheet",
+    "bw_util_datasheet",
     "peak_bytes",
     "weights_bytes",
     "cache_bytes",
+    "cache_bytes_analytic",
     "activations_bytes",
+    "memory_method",
     "energy_j",
     "energy_j_per_token",
+    "energy_method",
+    "energy_reason",
+    "sm_clock_before_mhz",
+    "sm_clock_after_mhz",
+    "clock_drop",
     "threads",
     "load_avg_1m",
     "measure_s",
@@ -79,14 +92,26 @@ CELLS_SCHEMA = pa.DataFrameSchema(
         "intensity": _float(),
         "tflops": _float(),
         "bw_gbps": _float(),
+        "spread": _float(),
+        "ceiling_tflops": _float(),
+        "ceiling_bw_gbps": _float(),
         "compute_util": _float(),
         "bw_util": _float(),
+        "compute_util_datasheet": _float(),
+        "bw_util_datasheet": _float(),
         "peak_bytes": _float(),
         "weights_bytes": _float(),
         "cache_bytes": _float(),
+        "cache_bytes_analytic": _float(),
         "activations_bytes": _float(),
+        "memory_method": pa.Column(str, nullable=True, coerce=True),
         "energy_j": _float(),
         "energy_j_per_token": _float(),
+        "energy_method": pa.Column(str, nullable=True, coerce=True),
+        "energy_reason": pa.Column(str, nullable=True, coerce=True),
+        "sm_clock_before_mhz": _float(),
+        "sm_clock_after_mhz": _float(),
+        "clock_drop": pa.Column(float, nullable=True, coerce=True),  # 1.0 / 0.0 / empty
         "threads": _float(),
         "load_avg_1m": _float(),
         "measure_s": _float(),
@@ -113,6 +138,32 @@ SAMPLES_SCHEMA = pa.DataFrameSchema(
         "time_ms": pa.Column(float, pa.Check.ge(0), coerce=True),
     },
     unique=KEYS + ["sample"],
+    strict=True,
+)
+
+OPS_COLUMNS = KEYS + [
+    "device",
+    "device_name",
+    "bucket",
+    "time_ms",
+    "share",
+    "n_kernels",
+    "top_kernels",
+    "time_basis",
+]
+OPS_SCHEMA = pa.DataFrameSchema(
+    {
+        **{k: CELLS_SCHEMA.columns[k] for k in KEYS},
+        "device": pa.Column(str, coerce=True),
+        "device_name": pa.Column(str, nullable=True, coerce=True),
+        "bucket": pa.Column(str, pa.Check.isin(list(BUCKETS)), coerce=True),
+        "time_ms": pa.Column(float, pa.Check.ge(0), coerce=True),
+        "share": pa.Column(float, pa.Check.in_range(0, 1), coerce=True),
+        "n_kernels": pa.Column(float, pa.Check.ge(0), coerce=True),
+        "top_kernels": pa.Column(str, nullable=True, coerce=True),
+        "time_basis": pa.Column(str, pa.Check.isin(["cuda_device", "cpu_self"]), coerce=True),
+    },
+    unique=KEYS + ["bucket"],
     strict=True,
 )
 
@@ -193,7 +244,14 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
     if path.suffix == ".parquet":
         df = pd.read_parquet(path)
     else:
-        text_columns = ("reason", "device_name", "git_commit")
+        text_columns = (
+            "reason",
+            "device_name",
+            "git_commit",
+            "memory_method",
+            "energy_method",
+            "energy_reason",
+        )
         df = pd.read_csv(path, dtype={c: object for c in text_columns})
         for col in text_columns:
             if col in df:
@@ -204,7 +262,32 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
         raise ValueError(f"{path}: not a valid cells table:\n{e}") from None
 
 
-def aggregate(cell_paths: Iterable[str], verify_paths: Iterable[str], run: str) -> dict:
+def ops_table(ops_paths: Iterable[str]) -> pd.DataFrame:
+    """The operator profiles of a run's profiled cells, one row per (cell, bucket)."""
+    frames = [pd.read_csv(p, dtype={"top_kernels": object}) for p in ops_paths]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return OPS_SCHEMA.validate(pd.DataFrame(columns=OPS_COLUMNS))
+    df = pd.concat(frames, ignore_index=True)[OPS_COLUMNS]
+    df["top_kernels"] = df["top_kernels"].fillna("")
+    df = df.sort_values([*KEYS, "bucket"], ignore_index=True)
+    return OPS_SCHEMA.validate(df)
+
+
+def read_ops(path: str | os.PathLike) -> pd.DataFrame:
+    """Read an ops table and check it, naming the file on failure."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"ops table {path} does not exist")
+    try:
+        return ops_table([path])
+    except (pa.errors.SchemaErrors, pa.errors.SchemaError, KeyError) as e:
+        raise ValueError(f"{path}: not a valid ops table:\n{e}") from None
+
+
+def aggregate(
+    cell_paths: Iterable[str], verify_paths: Iterable[str], run: str, ops_paths=()
+) -> dict:
     """Read every record of a run and return its tables by file name."""
     records = [read_record(p) for p in cell_paths]
     verify_records = []
@@ -215,6 +298,7 @@ def aggregate(cell_paths: Iterable[str], verify_paths: Iterable[str], run: str) 
         "cells": cells_table(records),
         "samples": samples_table(records),
         "verify": verify_table(run, verify_records),
+        "ops": ops_table(ops_paths),
     }
 
 

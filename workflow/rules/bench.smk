@@ -1,6 +1,7 @@
 rule bench:
     input:
         verify=verify_input,
+        device=device_input,
     output:
         record=paths.CELL,
         prov=paths.prov(paths.CELL),
@@ -18,5 +19,31 @@ rule bench:
         size=vars(PLAN.size),
         timing=vars(PLAN.timing),
         seed=PLAN.seed,
+        cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
     script:
         "../../scripts/bench.py"
+
+
+rule profile:
+    input:
+        verify=verify_input,
+    output:
+        ops=paths.OPS,
+        trace=paths.TRACE,
+        prov=[paths.prov(paths.OPS), paths.prov(paths.TRACE)],
+    log:
+        "logs/{run}/profile/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log",
+    conda:
+        "../../envs/bench.yaml"
+    threads: BENCH_THREADS
+    resources:
+        **BENCH_RESOURCES,
+    params:
+        run=RUN,
+        cell=profiled_cell_params,
+        device=PLAN.device,
+        size=vars(PLAN.size),
+        timing=vars(PLAN.timing),
+        seed=PLAN.seed,
+    script:
+        "../../scripts/profile.py"

@@ -70,6 +70,17 @@ def cell_params(wildcards):
     return vars(planned_cell(wildcards))
 
 
+def profiled_cell_params(wildcards):
+    cell = planned_cell(wildcards)
+    if cell not in PLAN.profiled:
+        raise ValueError(f"{cell} is not in a sweep with profile: true")
+    return vars(cell)
+
+
+def device_input(wildcards):
+    return paths.device(live_run(wildcards.run))
+
+
 def verify_input(wildcards):
     live_run(wildcards.run)
     return paths.verify_record(wildcards.run, wildcards.model, wildcards.backend)
@@ -85,25 +96,42 @@ def run_cells(wildcards):
     return [paths.cell_record(run, c) for c in PLAN.cells]
 
 
+def run_ops(wildcards):
+    run = live_run(wildcards.run)
+    return [paths.ops(run, c) for c in sorted(PLAN.profiled)]
+
+
 def run_verify_records(wildcards):
     run = live_run(wildcards.run)
     return [paths.verify_record(run, m, b) for m, b in PLAN.pairs]
 
 
-def figure_cells(wildcards):
-    run = live_run(wildcards.run)
+def figure_spec(wildcards):
     if wildcards.figure not in PLAN.figures:
         raise ValueError(
             f"unknown figure {wildcards.figure!r}; known: {sorted(PLAN.figures)}"
         )
-    return [paths.cell_record(run, c) for c in PLAN.figure_cells(wildcards.figure)]
+    return PLAN.figures[wildcards.figure]
+
+
+def figure_cells(wildcards):
+    """The records (or, for a figure of the ops table, the operator profiles) it draws."""
+    run = live_run(wildcards.run)
+    spec = figure_spec(wildcards)
+    path = paths.cell_record if spec.table == "cells" else paths.ops
+    return [path(run, c) for c in PLAN.figure_cells(wildcards.figure)]
 
 
 def figure_table(wildcards):
     if LIVE:
         live_run(wildcards.run)
         return paths.figure_table(wildcards.run, wildcards.figure)
-    return paths.precollected_table(wildcards.run, "cells.csv", PLAN.precollected_dir)
+    name = f"{figure_spec(wildcards).table}.csv"
+    return paths.precollected_table(wildcards.run, name, PLAN.precollected_dir)
+
+
+def figure_kind(wildcards):
+    return figure_spec(wildcards).table
 
 
 def figure_filters(wildcards):

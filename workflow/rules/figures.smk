@@ -13,6 +13,8 @@ rule figure_table:
         "logs/{run}/figure_table/{figure}.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        table=figure_kind,
     script:
         "../../scripts/figure_table.py"
 
@@ -34,5 +36,6 @@ rule figure:
         "../../envs/analysis.yaml"
     params:
         filters=figure_filters,
+        table=figure_kind,
     script:
         "../../scripts/figure.py"

@@ -1,17 +1,31 @@
 """Time a callable: warm-up first, then samples until the budget is met; keep every sample.
 
 CPU: ``time.perf_counter_ns`` around each call.  CUDA: a fresh pair of CUDA events per
-sample, recorded on the current stream, read after one synchronize at the end.
+sample, recorded on the current stream; each sample is read before the next starts, so
+the budget is wall time.
+
+Sampling stops when enough samples are taken and, if ``timing.target_spread`` is set, the
+samples agree: the relative spread, interquartile range over median, is at or under the
+target (a noisy machine keeps sampling until ``max_samples`` or ``max_time_s``).  A cell
+deadline (``timing.timeout_s`` from the cell's start) ends sampling early; the result then
+says ``timed_out`` and keeps the samples taken so far.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import statistics
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ssmbench.config import Timing
+
+
+class CellTimeout(Exception):
+    """The cell's deadline passed (raised by :func:`deadline_alarm` inside a long call)."""
 
 
 @dataclass(frozen=True)
@@ -19,6 +33,7 @@ class TimingResult:
     samples_ms: list[float]
     warmup: int
     measure_s: float  # wall time of warm-up and sampling together
+    timed_out: bool = False
 
     @property
     def median_ms(self) -> float:
@@ -27,6 +42,10 @@ class TimingResult:
     @property
     def p95_ms(self) -> float:
         return percentile(self.samples_ms, 95)
+
+    @property
+    def spread(self) -> float | None:
+        return relative_spread(self.samples_ms)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -41,47 +60,121 @@ def percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def measure(fn: Callable[[], object], timing: Timing, device: str = "cpu") -> TimingResult:
-    """Run ``fn`` ``timing.warmup`` times untimed, then time it until at least
-    ``min_samples`` samples and ``min_time_s`` seconds are reached, stopping at
-    ``max_samples`` samples or ``max_time_s`` seconds of sampling (at least one sample)."""
+def relative_spread(values: list[float]) -> float | None:
+    """Interquartile range over median (robust to a few outliers); None for fewer than
+    two values or a zero median."""
+    if len(values) < 2:
+        return None
+    median = statistics.median(values)
+    if median == 0:
+        return None
+    return (percentile(values, 75) - percentile(values, 25)) / median
+
+
+@contextlib.contextmanager
+def deadline_alarm(deadline: float | None) -> Iterator[None]:
+    """Raise :class:`CellTimeout` in this thread once ``time.monotonic()`` passes
+    ``deadline`` (None: no deadline).  It interrupts Python code, such as a naive loop over
+    time, between two bytecodes; a single long native call ends first.  Only the main
+    thread can take signals: elsewhere only the checks between calls apply."""
+    if deadline is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum, frame):
+        raise CellTimeout(f"cell deadline passed ({time.monotonic() - deadline:.1f} s ago)")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(deadline - time.monotonic(), 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def measure(
+    fn: Callable[[], object],
+    timing: Timing,
+    device: str = "cpu",
+    deadline: float | None = None,
+    meter=None,
+) -> TimingResult:
+    """Run ``fn`` ``timing.warmup`` times and for at least ``timing.warmup_s`` seconds
+    untimed, then time it until :func:`_enough` (at least one sample unless the deadline
+    passes first).
+
+    ``deadline`` is a ``time.monotonic()`` instant after which no call starts; a
+    :class:`CellTimeout` raised inside ``fn`` (see :func:`deadline_alarm`) also ends the
+    measurement.  ``meter`` (optional, with ``start()`` and ``stop()``, such as
+    :class:`ssmbench.measure.energy.EnergyMeter`) is started after the warm-up and stopped
+    after the last sample, so it covers the timed calls only.
+    """
     start = time.perf_counter()
-    for _ in range(timing.warmup):
-        fn()
-    if device == "cuda":
-        samples_ms = _measure_cuda(fn, timing)
-    else:
-        samples_ms = _measure_cpu(fn, timing)
-    return TimingResult(samples_ms, timing.warmup, time.perf_counter() - start)
+    warm = 0
+    try:
+        while warm < timing.warmup or time.perf_counter() - start < timing.warmup_s:
+            if _past(deadline):
+                return TimingResult([], warm, time.perf_counter() - start, timed_out=True)
+            fn()
+            warm += 1
+        if device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        samples_ms: list[float] = []
+        if meter is not None:
+            meter.start()
+        try:
+            timed_out = _sample(fn, timing, device, deadline, samples_ms)
+        finally:
+            if meter is not None:
+                meter.stop()
+    except CellTimeout:
+        return TimingResult(
+            locals().get("samples_ms", []), warm, time.perf_counter() - start, timed_out=True
+        )
+    return TimingResult(samples_ms, warm, time.perf_counter() - start, timed_out=timed_out)
 
 
-def _enough(n: int, elapsed_s: float, timing: Timing) -> bool:
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _enough(samples_ms: list[float], elapsed_s: float, timing: Timing) -> bool:
+    n = len(samples_ms)
     if n >= timing.max_samples or (n >= 1 and elapsed_s >= timing.max_time_s):
         return True
-    return n >= timing.min_samples and elapsed_s >= timing.min_time_s
+    if n < timing.min_samples or elapsed_s < timing.min_time_s:
+        return False
+    if timing.target_spread > 0:
+        spread = relative_spread(samples_ms)
+        return spread is not None and spread <= timing.target_spread
+    return True
 
 
-def _measure_cpu(fn, timing: Timing) -> list[float]:
-    samples_ms: list[float] = []
+def _sample(fn, timing: Timing, device: str, deadline, samples_ms: list[float]) -> bool:
+    """Append samples to ``samples_ms`` until enough; True if the deadline ended it."""
+    if device == "cuda":
+        import torch
+
+        def once() -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+    else:
+
+        def once() -> float:
+            t0 = time.perf_counter_ns()
+            fn()
+            return (time.perf_counter_ns() - t0) / 1e6
+
     begin = time.perf_counter()
-    while not _enough(len(samples_ms), time.perf_counter() - begin, timing):
-        t0 = time.perf_counter_ns()
-        fn()
-        samples_ms.append((time.perf_counter_ns() - t0) / 1e6)
-    return samples_ms
-
-
-def _measure_cuda(fn, timing: Timing) -> list[float]:
-    import torch
-
-    torch.cuda.synchronize()
-    events = []
-    begin = time.perf_counter()
-    while not _enough(len(events), time.perf_counter() - begin, timing):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()  # the budget is wall time: wait for this sample before the next check
-        events.append((start, end))
-    return [s.elapsed_time(e) for s, e in events]
+    while not _enough(samples_ms, time.perf_counter() - begin, timing):
+        if _past(deadline):
+            return True
+        samples_ms.append(once())
+    return False

@@ -446,7 +446,7 @@ class DeltaNetMixer(nn.Module):
         d_conv inputs ``(b, d, d_conv)``, zeros before the sequence."""
         T = x.shape[1]
         x = x.transpose(1, 2)  # (b d t)
-        conv_state = F.pad(x, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :]  # (b d d_conv)
+        conv_state = F.pad(x, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :].clone()  # (b d w)
         y = F.silu(conv(x)[..., :T]).transpose(1, 2)  # (b t d), causal: cut to T
         return y, conv_state
 

@@ -342,7 +342,7 @@ class MambaMixer(nn.Module):
         T = x.shape[1]
         x, z = self.in_proj(x).chunk(2, dim=-1)  # (b t d) each
         x = x.transpose(1, 2)  # (b d t)
-        conv_state = F.pad(x, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :]  # (b d d_conv)
+        conv_state = F.pad(x, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :].clone()  # (b d w)
         x = F.silu(self.conv1d(x)[..., :T]).transpose(1, 2)  # (b t d), causal: cut to T
         delta, B, C = self._ssm_inputs(x)
         A = -torch.exp(self.A_log)  # (d n)

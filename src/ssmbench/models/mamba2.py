@@ -501,7 +501,7 @@ class Mamba2Mixer(nn.Module):
             self.in_proj(u), [self.d_inner, self.conv_dim, self.nheads], dim=-1
         )  # (b t d_inner), (b t conv_dim), (b t h)
         xBC = xBC.transpose(1, 2)  # (b conv_dim t)
-        conv_state = F.pad(xBC, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :]
+        conv_state = F.pad(xBC, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :].clone()
         xBC = F.silu(self.conv1d(xBC)[..., :T]).transpose(1, 2)  # (b t conv_dim), causal
         x, B, C = self._split_xBC(xBC)  # (b t h p), (b t g n), (b t g n)
         dt = F.softplus(dt + self.dt_bias)  # (b t h)
