@@ -146,6 +146,10 @@ def test_profile_cell_buckets_and_writes_a_trace(tmp_path):
     assert by["gemm"]["time_ms"] > 0 and by["attention"]["time_ms"] > 0
     assert {r["model"] for r in rows} == {"attention"} and rows[0]["time_basis"] == "cpu_self"
     assert "traceEvents" in json.loads(gzip.decompress(trace.read_bytes()))
+    # an SSM's chunked operator is one scope: its matmuls and pointwise ops count as ssm_scan
+    rows = profile_cell(spec(model="mamba2"), threads=1)
+    by = {r["bucket"]: r for r in rows}
+    assert by["ssm_scan"]["share"] > 0.1 and by["gemm"]["share"] > 0  # in_proj, out_proj
 
 
 def test_failed_verification_is_never_timed_and_says_by_how_much(monkeypatch):

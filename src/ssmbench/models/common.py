@@ -3,6 +3,7 @@ lookup with its error message.  The size preset is :class:`ssmbench.config.Size`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -29,15 +30,52 @@ class BackendUnavailable(RuntimeError):
     """A backend that cannot run on this machine; a cell records it as ``unavailable``."""
 
 
+# The sequence operator each caller of pick_backend runs, as the name of the profiler range
+# it runs in: torch.profiler users (ssmbench.measure.profile) bucket everything inside an
+# "ssm_scan" or "attention" range as such, whatever matmuls and pointwise ops it is made of.
+PROFILER_SCOPES = {
+    "attention": "ssmbench::attention",
+    "AttentionMixer": "ssmbench::attention",
+    "selective_scan": "ssmbench::ssm_scan::selective_scan",
+    "MambaMixer": "ssmbench::ssm_scan::selective_scan",
+    "s4d": "ssmbench::ssm_scan::s4d",
+    "S4DMixer": "ssmbench::ssm_scan::s4d",
+    "ssd": "ssmbench::ssm_scan::ssd",
+    "Mamba2Mixer": "ssmbench::ssm_scan::ssd",
+    "mamba3": "ssmbench::ssm_scan::mamba3",
+    "Mamba3Mixer": "ssmbench::ssm_scan::mamba3",
+    "delta_rule": "ssmbench::ssm_scan::delta_rule",
+    "DeltaNetMixer": "ssmbench::ssm_scan::delta_rule",
+}
+
+
 def pick_backend(table: dict[str, Callable], backend: str, op: str) -> Callable:
     """``table[backend]``; for ``compile``, torch.compile of ``table["torch"]``; else a
-    ValueError naming the op, the bad value and the known ones."""
+    ValueError naming the op, the bad value and the known ones.  While torch.profiler
+    records, the call runs inside a range named by ``PROFILER_SCOPES[op]``."""
     if backend == "compile" and "torch" in table:
-        return compiled(table["torch"])
-    if backend not in table:
+        fn = compiled(table["torch"])
+    elif backend not in table:
         known = sorted(table) + (["compile"] if "torch" in table else [])
         raise ValueError(f"unknown backend {backend!r} for {op}; known: {known}")
-    return table[backend]
+    else:
+        fn = table[backend]
+    scope = PROFILER_SCOPES.get(op)
+    return fn if scope is None else _in_profiler_range(fn, scope)
+
+
+def _in_profiler_range(fn: Callable, name: str) -> Callable:
+    """``fn``, run inside ``torch.profiler.record_function(name)`` while a profiler is on
+    (and called directly otherwise, at the cost of one flag check)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if not torch.autograd.profiler._is_profiler_enabled:
+            return fn(*args, **kwargs)
+        with torch.profiler.record_function(name):
+            return fn(*args, **kwargs)
+
+    return run
 
 
 _COMPILED: dict[Callable, Callable] = {}
