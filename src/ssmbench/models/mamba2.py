@@ -114,10 +114,13 @@ def ssd_naive(
 
     state = x.new_zeros(b, h, p, n) if initial_state is None else initial_state
     ys = []
-    for t in range(T):
-        update = x_dt[:, t, :, :, None] * B[:, t, :, None, :]  # (b h p n), dt x_t B_t^T
-        state = decay[:, t, :, None, None] * state + update  # eq. 1, (b h p n)
-        ys.append(torch.einsum("bhpn,bhn->bhp", state, C[:, t]))  # h_t C_t, (b h p)
+    # one token at a time (unbind, not x[:, t]: the backward of indexing would write a
+    # zero gradient of the whole sequence for every token, T^2 work in training)
+    tokens = zip(x_dt.unbind(1), B.unbind(1), C.unbind(1), decay.unbind(1), strict=True)
+    for x_t, B_t, C_t, decay_t in tokens:
+        update = x_t[..., None] * B_t[:, :, None, :]  # (b h p n), dt x_t B_t^T
+        state = decay_t[..., None, None] * state + update  # eq. 1, (b h p n)
+        ys.append(torch.einsum("bhpn,bhn->bhp", state, C_t))  # h_t C_t, (b h p)
     y = torch.stack(ys, dim=1)  # (b t h p)
     if D is not None:
         y = y + D[:, None] * x

@@ -216,16 +216,18 @@ def mamba3_naive(
 
     ssm, B_prev, x_prev = state.ssm, state.B_prev, state.x_prev
     ys = []
-    for t in range(T):
+    # one token at a time (unbind, not x[:, t]: see ssmbench.models.mamba2.ssd_naive)
+    tokens = (x, B_rot, C_rot, alpha, beta, gamma)
+    for x_t, B_t, C_t, alpha_t, beta_t, gamma_t in zip(*(v.unbind(1) for v in tokens), strict=True):
         previous = torch.einsum("bhp,bhn->bhpn", x_prev, B_prev)  # x_{t-1} B~_{t-1}^T
-        current = torch.einsum("bhp,bhn->bhpn", x[:, t], B_rot[:, t])  # x_t B~_t^T
+        current = torch.einsum("bhp,bhn->bhpn", x_t, B_t)  # x_t B~_t^T
         ssm = (
-            alpha[:, t, :, None, None] * ssm
-            + beta[:, t, :, None, None] * previous
-            + gamma[:, t, :, None, None] * current
+            alpha_t[..., None, None] * ssm
+            + beta_t[..., None, None] * previous
+            + gamma_t[..., None, None] * current
         )  # h_t, (b h p n)
-        ys.append(torch.einsum("bhpn,bhn->bhp", ssm, C_rot[:, t]))  # y_t = h_t C~_t
-        B_prev, x_prev = B_rot[:, t], x[:, t]
+        ys.append(torch.einsum("bhpn,bhn->bhp", ssm, C_t))  # y_t = h_t C~_t
+        B_prev, x_prev = B_t, x_t
     y = torch.stack(ys, dim=1)  # (b t h p)
     if D is not None:
         y = y + D[:, None] * x

@@ -143,8 +143,8 @@ def s4d_naive(
     if h is None:
         h = torch.zeros(batch, H, A.shape[1], dtype=dB.dtype, device=u.device)  # (b h n)
     ys = []
-    for t in range(T):
-        h = dA * h + dB_u[:, t]  # (REC)
+    for dB_u_t in dB_u.unbind(1):  # unbind, not [:, t]: see ssmbench.models.mamba2.ssd_naive
+        h = dA * h + dB_u_t  # (REC)
         ys.append(2 * torch.einsum("bhn,hn->bh", h, C).real)  # (OUT), (b h)
     y = torch.stack(ys, dim=1) + u * D  # (b t h)
     return y.to(out_dtype), h
