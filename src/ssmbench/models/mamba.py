@@ -19,8 +19,10 @@ Three forms that must agree (tests pin them to the NumPy reference):
 
 - ``selective_scan_naive``: a Python loop over time, one small update per token, in the
   style of mamba-minimal.
-- ``selective_scan_torch``: the same recurrence with no loop over time: a parallel scan
-  (pairwise odd-even recursion, Hillis-Steele doubling on the last ``chunk_size`` steps).
+- ``selective_scan_torch``: the same recurrence with no loop over tokens: blocks of 16
+  tokens, each in log space (an exp, a prefix-sum matmul and a division per block, see
+  ``blocked_scan``); blocks with too steep a decay go through an exact parallel scan
+  (``linear_scan``: pairwise odd-even recursion, Hillis-Steele doubling at the bottom).
 - ``selective_scan_step``: one token, for decode.
 
 All three compute in float32 at least (half inputs are widened), return y in the dtype
@@ -41,6 +43,7 @@ from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.models.common import inverse_softplus, pick_backend, widen
+from ssmbench.models.mamba2 import FACTOR_LIMIT
 
 MambaCache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, d, d_conv), ssm_state (b, d, n))
 
@@ -57,13 +60,19 @@ def _discretise_delta(
 
 
 def _output_gate(
-    y: torch.Tensor, u: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None
+    y: torch.Tensor,
+    u: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    in_place: bool = False,
 ) -> torch.Tensor:
-    """The skip term and the gate of eq. 2b: (y + D u) * silu(z), each part optional."""
+    """The skip term and the gate of eq. 2b: (y + D u) * silu(z), each part optional;
+    ``in_place`` for a y of our own that no autograd graph needs (each (b, t, d) tensor
+    a CPU allocates afresh costs page faults as well as a pass)."""
     if D is not None:
-        y = y + u * D
+        y = y.addcmul_(u, D) if in_place else y + u * D
     if z is not None:
-        y = y * F.silu(z)
+        y = y.mul_(F.silu(z)) if in_place else y * F.silu(z)
     return y
 
 
@@ -108,9 +117,10 @@ def selective_scan_naive(
     else:
         h = initial_state
     ys = []
-    for t in range(T):
-        h = deltaA[:, t] * h + deltaB_u[:, t]  # (2a)
-        ys.append(torch.einsum("bdn,bn->bd", h, C[:, t]))  # (2b), (b d)
+    # one token at a time (unbind, not [:, t]: see ssmbench.models.mamba2.ssd_naive)
+    for a_t, b_t, C_t in zip(deltaA.unbind(1), deltaB_u.unbind(1), C.unbind(1), strict=True):
+        h = a_t * h + b_t  # (2a)
+        ys.append(torch.einsum("bdn,bn->bd", h, C_t))  # (2b), (b d)
     y = torch.stack(ys, dim=1)  # (b t d)
     return _output_gate(y, u, D, z).to(out_dtype), h
 
@@ -179,6 +189,157 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, chunk_size: int = 64) -> torch
     return h[:, :T]
 
 
+# Tokens per time block of blocked_scan.  At d = 512 and n = 16 one block's (n, b, l, d)
+# working tensors take 0.5 MB each, so they stay in the L2 cache from one step of the
+# block to the next; the in-block prefix sum is a matmul of 2 l flops per element; and
+# the factors of realistic decays stay in range (see FACTOR_LIMIT).  On the project's
+# 2-core CPU at T = 4096, 16 was faster than 8 (twice the Python steps) and 32 (twice
+# the matmul flops, three times 1 MB of buffers).
+TIME_BLOCK = 16
+
+
+def _exact_block(
+    x: torch.Tensor,
+    delta: torch.Tensor,
+    A_n: torch.Tensor,
+    B_rows: torch.Tensor,
+    h: torch.Tensor,
+    chunk_size: int,
+) -> torch.Tensor:
+    """The states of one block of :func:`blocked_scan` by :func:`linear_scan` over its
+    own tokens: exact for any decay, for the blocks too steep for the log-space form.
+
+    Args:
+        x, delta: ``(b, l, d)``; A_n: ``(n, 1, 1, d)``, A transposed; B_rows: ``(n, b, 1,
+            l)``; h: ``(n, b, d)``, the state entering the block; chunk_size: as
+            :func:`linear_scan`.
+
+    Returns:
+        h_l for every token of the block, ``(n, b, l, d)``.
+    """
+    n, batch, _, L = B_rows.shape
+    decay = torch.exp(delta * A_n)  # (n b l d), exp(delta_t A)
+    inputs = x * B_rows.transpose(-1, -2)  # (n b l d), x_t B_t
+    inputs[:, :, 0] += decay[:, :, 0] * h  # h_0 folded into the first token (a fresh tensor)
+    h_all = linear_scan(decay.flatten(0, 1), inputs.flatten(0, 1), chunk_size)  # (n*b l d)
+    return h_all.view(n, batch, L, -1)
+
+
+def blocked_scan(
+    x: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    block_len: int = TIME_BLOCK,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``y_t = C_t . h_t`` for ``h_t = exp(delta_t A) h_{t-1} + x_t B_t`` (eq. 2a-2b with
+    x = delta u), ``block_len`` tokens at a time, each block in log space.
+
+    Inside a block that starts from the state h_0, with the in-block prefix sums of the
+    step sizes ``Delta_l = delta_1 + ... + delta_l`` and their midpoint
+    ``m = Delta_L / 2`` (per channel), (2a) unrolls to
+
+        h_l = exp(A Delta_l) h_0 + sum_{s <= l} exp(A (Delta_l - Delta_s)) x_s B_s
+            = exp(A (Delta_l - m)) [exp(A m) h_0 + sum_{s <= l} exp(A (m - Delta_s)) x_s B_s]
+
+    the decay split around the middle of the block, as Mamba-2's ``chunked_scan`` splits
+    its chunks'.  With ``Delta_0 = 0`` standing for the state, that is, per block:
+
+    1. one exp, ``E_s = exp(A (m - Delta_s))`` for s = 0 .. L, and one product,
+       ``W_s = E_s x_s`` (``W_0 = E_0 h_0``);
+    2. the bracket, a prefix sum over s, as one matmul per (n, b) with the
+       lower-triangular ``M_n[l, s] = B_s[n]`` (1 for the state's column 0): it applies
+       B on the way;
+    3. one division, since ``exp(A (Delta_l - m)) = 1 / E_l``: that is h_l;
+    4. (2b) as one matmul per (b, l).  The state leaves the block as its last h_l.
+
+    A few passes over a block that stays in cache, and a Python loop over blocks, not
+    tokens.  A block's tensors are laid out ``(n, b, l, d)``: d innermost for the
+    elementwise steps, n outermost so that 2. is a batched matmul.  Without autograd
+    every block writes into the same preallocated buffers (``out=`` records no graph;
+    under autograd each step allocates its result).
+
+    With R = max |A| Delta_L over a block's channels, every factor lies within e^+-R/2.
+    A block with R > ``2 FACTOR_LIMIT`` (a decay that float32 cannot split) is scanned
+    exactly instead, by :func:`linear_scan` over its own tokens.
+
+    Args:
+        x, delta: ``(b, t, d)``, delta >= 0; A: ``(d, n)``, negative; B, C: ``(b, t, n)``;
+            initial_state: ``(b, d, n)`` or None for zeros.  One float dtype of at least
+            32 bits.
+        block_len: tokens per block; any positive value gives the same result.
+        chunk_size: the doubling length of :func:`linear_scan` in steep blocks.
+
+    Returns:
+        y ``(b, t, d)`` (before D and the gate) and the final state ``(b, d, n)``.
+    """
+    batch, T, d = x.shape
+    n = A.shape[1]
+    L = max(1, min(block_len, T))
+    pad = -T % L
+    if pad:  # delta = 0 and x = 0: padded tokens leave the state as it is
+        x, delta, B, C = (F.pad(v, (0, 0, 0, pad)) for v in (x, delta, B, C))  # (b t+pad .)
+    n_blocks = (T + pad) // L
+    needs_grad = torch.is_grad_enabled() and any(
+        v is not None and v.requires_grad for v in (x, delta, A, B, C, initial_state)
+    )
+
+    def by_block(v: torch.Tensor) -> torch.Tensor:
+        """(b, t, ...) -> (blocks, b, l, ...), contiguous: a block is one slice (and for
+        b = 1 this is a view)."""
+        return v.unflatten(1, (n_blocks, L)).movedim(1, 0).contiguous()
+
+    # every block's inputs at once: none is larger than (t, d)
+    delta = by_block(delta)  # (blocks b l d)
+    # m - Delta_s for s = 0 .. L in one matmul: row 0 is m (Delta_0 = 0), row s + 1 has
+    # weights 1/2 - [j <= s] on delta_j
+    causal = torch.ones(L, L, dtype=x.dtype, device=x.device).tril()  # (s j): j <= s
+    to_middle = F.pad(0.5 - causal, (0, 0, 1, 0), value=0.5)  # (1+l j)
+    from_middle = torch.matmul(to_middle, delta)  # (blocks b 1+l d), m - Delta_s
+    # R / 2 = max |A| m over a block's channels, (blocks)
+    steep = (from_middle[:, :, 0] * -A.amin(dim=1)).amax(dim=(1, 2)) > FACTOR_LIMIT
+    A_n = A.t()[:, None, None, :]  # (n 1 1 d)
+    # (n 1 1+l d): a product that broadcasts both operands is ~3x slower on CPU
+    A_block = A_n.expand(n, 1, L + 1, d).contiguous()
+    x = F.pad(by_block(x), (0, 0, 1, 0), value=1.0)  # (blocks b 1+l d), x_0 = 1: see W_0
+    B_rows = by_block(B).permute(0, 3, 1, 2)[..., None, :]  # (blocks n b 1 l)
+    prefix = F.pad(B_rows, (1, 0), value=1.0) * F.pad(causal, (1, 0), value=1.0)
+    prefix = prefix.contiguous().view(n_blocks, n * batch, L, L + 1)  # M_n[l, s]
+    C = by_block(C).view(n_blocks, batch * L, 1, n)  # (blocks b*l 1 n)
+
+    def buffer(*shape: int) -> torch.Tensor | None:
+        """A buffer that every block writes into, or None (a fresh result) under autograd."""
+        return None if needs_grad else x.new_empty(shape)
+
+    E_buf = buffer(n, batch, L + 1, d)  # E_s
+    W_buf = buffer(n, batch, L + 1, d)  # W_s
+    H_buf = buffer(n * batch, L, d)  # h_l
+    Y = buffer(n_blocks, batch * L, 1, d)
+    if initial_state is None:
+        h = x.new_zeros(n, batch, d)  # (n b d)
+    else:
+        h = initial_state.permute(2, 0, 1)  # (n b d)
+    ys = []
+    for i, is_steep in enumerate(steep.tolist()):
+        if is_steep:
+            H = _exact_block(x[i, :, 1:], delta[i], A_n, B_rows[i], h, chunk_size)
+        else:
+            E = torch.mul(from_middle[i], A_block, out=E_buf).exp_()  # 1. (n b 1+l d), E_s
+            W = torch.mul(E, x[i], out=W_buf)  # (n b 1+l d), E_s x_s
+            W[:, :, 0] *= h  # E_0 h_0, in place on a fresh (or reused) tensor
+            H = torch.bmm(prefix[i], W.view(n * batch, L + 1, d), out=H_buf)  # 2.
+            H = H.view(n, batch, L, d).div_(E[:, :, 1:])  # 3. (n b l d), h_l
+        h = H[:, :, -1]  # (n b d), the state leaving the block
+        H_t = H.view(n, batch * L, d).transpose(0, 1)  # (b*l n d), a strided view
+        ys.append(torch.bmm(C[i], H_t, out=None if Y is None else Y[i]))  # 4. (b*l 1 d)
+    y = torch.stack(ys) if Y is None else Y  # (blocks b*l 1 d)
+    y = y.view(n_blocks, batch, L, d).movedim(0, 1).reshape(batch, -1, d)[:, :T]  # (b t d)
+    return y, h.permute(1, 2, 0).contiguous()
+
+
 def selective_scan_torch(
     u: torch.Tensor,
     delta: torch.Tensor,
@@ -192,17 +353,17 @@ def selective_scan_torch(
     initial_state: torch.Tensor | None = None,
     chunk_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The selective scan, vectorised: the recurrence (2a) by a parallel scan
-    (:func:`linear_scan`), with no loop over time.
+    """The selective scan, vectorised: the recurrence (2a) and the readout (2b) by
+    :func:`blocked_scan`, a loop over blocks of ``TIME_BLOCK`` tokens, not over tokens.
 
-    1. discretise every token (as the naive form), and fold the initial state into the
-       first token: ``h_0 = a_0 h_init + b_0``;
-    2. scan ``h_t = a_t h_{t-1} + b_t`` over ``(b, t, d, n)`` in parallel;
-    3. eq. 2b.
+    1. discretise the step size (softplus of delta + delta_bias) and form x = delta u;
+    2. per block, every state in log space and every output by one matmul (exactly, by
+       :func:`linear_scan`, for blocks whose decay is too steep to split);
+    3. the skip term and the gate of eq. 2b, in place when no autograd graph needs y.
 
     Args:
-        as :func:`selective_scan_naive`; chunk_size: the scan's doubling length (see
-        :func:`linear_scan`); any positive value gives the same result.
+        as :func:`selective_scan_naive`; chunk_size: the doubling length of
+        :func:`linear_scan` in steep blocks; any positive value gives the same result.
 
     Returns:
         y: ``(b, t, d)`` in the dtype of u, and the final state ``(b, d, n)`` in float32
@@ -213,21 +374,11 @@ def selective_scan_torch(
         u, delta, A, B, C, D, z, delta_bias, initial_state
     )
     delta = _discretise_delta(delta, delta_bias, delta_softplus)
-    # 1. discretise (Algorithm 2, step 5): a_t = exp(delta_t A), b_t = delta_t B_t u_t
-    # a broadcast product rather than einsum, which takes a slower bmm path here (2x on CPU)
-    deltaA = (delta[..., None] * A).exp_()  # (b t d n), exp in place
-    deltaB_u = torch.einsum("btd,btn->btdn", delta * u, B)  # (b t d n)
-    if initial_state is not None:
-        # a fresh tensor that no backward pass has saved: safe to update in place
-        deltaB_u[:, 0] += deltaA[:, 0] * initial_state
-
-    # 2. all states at once (2a)
-    h = linear_scan(deltaA, deltaB_u, chunk_size)  # (b t d n)
-
-    # 3. outputs (2b)
-    y = torch.einsum("btdn,btn->btd", h, C)  # (b t d)
-    y = _output_gate(y, u, D, z).to(out_dtype)
-    return y, h[:, -1].clone()  # own storage: h can be freed
+    y, h = blocked_scan(delta * u, delta, A, B, C, initial_state, chunk_size=chunk_size)
+    in_place = not (
+        torch.is_grad_enabled() and any(v is not None and v.requires_grad for v in (y, u, D, z))
+    )
+    return _output_gate(y, u, D, z, in_place).to(out_dtype), h
 
 
 def selective_scan_step(
