@@ -77,13 +77,14 @@ def test_attention_flops_match_the_executed_matmuls(size, batch, seq_len):
     assert counter.get_total_flops() == terms["proj"] + 2 * terms["attention"]
 
 
-@pytest.mark.parametrize("backend", ["naive", "torch"])
 @pytest.mark.parametrize("batch, seq_len, d_state", [(1, 17, 4), (2, 33, 16)])
-def test_mamba_scan_readout_is_the_only_other_matmul(backend, batch, seq_len, d_state):
-    # Both Mamba-1 backends contract the readout C h with einsum: 2 of the scan's 9 FLOPs
-    # per (b, t, e, n) show up as matmuls, beside the projections and the conv.
+def test_mamba_scan_readout_is_the_only_other_matmul(batch, seq_len, d_state):
+    # The naive Mamba-1 loop contracts the readout C h with einsum: 2 of the scan's 9 FLOPs
+    # per (b, t, e, n) show up as matmuls, beside the projections and the conv.  (The torch
+    # backend also runs its in-block prefix sums as matmuls: executed work beyond the
+    # counted FLOPs, which scripts/bench_ratios.py reports as such.)
     size = SIZES[0]
-    m = build_model("mamba", size, d_state, backend)
+    m = build_model("mamba", size, d_state, "naive")
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         m(torch.randn(batch, seq_len, size.d_model))
     seen = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}

@@ -150,9 +150,11 @@ def delta_rule_naive(
     if state is None:
         state = q.new_zeros(b, h, dk, v.shape[-1])  # (b h k v)
     outputs = []
-    for t in range(T):
-        g_t = None if g is None else g[:, t]
-        o_t, state = _recurrent_update(state, q[:, t], k[:, t], v[:, t], beta[:, t], g_t)
+    # one token at a time (unbind, not [:, t]: see ssmbench.models.mamba2.ssd_naive)
+    gates = [None] * T if g is None else g.unbind(1)
+    tokens = zip(q.unbind(1), k.unbind(1), v.unbind(1), beta.unbind(1), gates, strict=True)
+    for q_t, k_t, v_t, beta_t, g_t in tokens:
+        o_t, state = _recurrent_update(state, q_t, k_t, v_t, beta_t, g_t)
         outputs.append(o_t)
     o = torch.stack(outputs, dim=1)  # (b t h v)
     return o.to(out_dtype), state
