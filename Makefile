@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES)
 
-.PHONY: venv reproduce test lint figures-precollected artifact lock clean
+.PHONY: venv reproduce test lint figures-precollected artifact lock clean wheels
 
 # torch goes first and alone, so no later requirement can pull a CUDA build of it.
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -35,6 +35,33 @@ artifact:
 	$(PYTHON) -m venv .venv-artifact
 	.venv-artifact/bin/pip install --quiet -c requirements.lock -e .
 	.venv-artifact/bin/snakemake --cores $(CORES) --config source=precollected
+
+# Wheels for scripts/gpu_check.sh on a GPU machine without internet (CPython 3.12, x86-64,
+# its own torch, triton, numpy, pandas, pyarrow, matplotlib and pyyaml): the workflow's
+# other dependencies with theirs, and mamba_ssm built without its CUDA extension (its
+# Triton kernels need none).  Wheels of what that machine has are left out, so that
+# ./.whl stays small enough to travel with the repository.
+WHEELS ?= .whl
+DEVICE_PY ?= 3.12
+MAMBA_PIN ?= mamba-ssm==2.3.2.post1
+FUSED_PINS ?= fla-core
+DEVICE_HAS := torch triton numpy pandas pyarrow matplotlib pyyaml pillow contourpy \
+	fonttools kiwisolver cycler pyparsing python_dateutil six packaging jinja2 markupsafe \
+	nvidia_ml_py einops typing_extensions requests urllib3 idna certifi charset_normalizer
+WHEEL_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64,--platform $(p))
+wheels: venv  ## wheels for scripts/gpu_check.sh, into ./.whl (needs internet)
+	mkdir -p $(WHEELS)
+	grep -vE '^(torch|triton|numpy)==' requirements.lock > $(WHEELS)/constraints.txt
+	$(BIN)/pip download -q -d $(WHEELS) -c $(WHEELS)/constraints.txt --only-binary=:all: \
+		--python-version $(DEVICE_PY) --implementation cp $(WHEEL_PLATFORMS) \
+		snakemake papermill pandera jsonschema ipykernel nbformat
+	$(BIN)/pip download -q -d $(WHEELS) --no-deps --only-binary=:all: \
+		--python-version $(DEVICE_PY) --implementation cp $(WHEEL_PLATFORMS) $(FUSED_PINS)
+	MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE $(BIN)/pip wheel -q --no-deps \
+		--no-build-isolation -w $(WHEELS) $(MAMBA_PIN)
+	cd $(WHEELS) && for name in $(DEVICE_HAS); do rm -f $$name-*.whl; done
+	rm -f $(WHEELS)/constraints.txt
+	du -sh $(WHEELS)
 
 lock: venv  ## rewrite requirements.lock from the current environment
 	( echo "# Exact versions of the workflow environment (pip constraints), tested on CPython 3.11."; \

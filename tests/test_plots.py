@@ -374,7 +374,7 @@ def test_tables_without_the_new_columns_still_draw(name):
 
 
 def test_every_figure_has_a_parameterized_notebook():
-    for name in ["latency_scaling", *NEW_FIGURES]:
+    for name in ["latency_scaling", *NEW_FIGURES, "decode_graph_speedup"]:
         notebook = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
         tagged = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
         assert len(tagged) == 1, name
@@ -418,3 +418,40 @@ def test_new_notebook_runs_under_papermill(tmp_path):
     )
     assert (tmp_path / "fig.pdf").stat().st_size > 1000
     assert (tmp_path / "fig.png").stat().st_size > 1000
+
+
+def graph_cells() -> pd.DataFrame:
+    """Decode cells of torch and torch-graph (ok, graph faster by 2x to 4x), and fused-graph
+    cells that did not run."""
+    cells = synthetic_cells()
+    decode = cells[(cells.phase == "decode") & (cells.backend == "torch")]
+    graph = decode.assign(
+        backend="torch-graph",
+        time_ms_median=decode.time_ms_median / (2 + np.arange(len(decode)) % 3),
+    )
+    graph = graph.assign(time_ms_p95=graph.time_ms_median * 1.05)
+    fused = decode.assign(
+        backend="fused-graph", status="unavailable", reason="CUDA graphs need a CUDA device"
+    )
+    fused = fused.assign(time_ms_median=np.nan, time_ms_p95=np.nan)
+    return pd.concat([cells, graph, fused], ignore_index=True)
+
+
+def test_graph_speedups_pair_each_graph_cell_with_its_eager_twin():
+    cells = graph_cells()
+    speedups = plots.graph_speedups(cells)
+    assert set(speedups.eager) == {"torch"} and set(speedups.graph) == {"torch-graph"}
+    assert len(speedups) == len(FAMILIES) * len(LENGTHS)
+    np.testing.assert_allclose(speedups.speedup, speedups.eager_ms / speedups.graph_ms)
+    assert set(speedups.speedup.round(6)) <= {2.0, 3.0, 4.0}
+
+
+def test_decode_graph_speedup_draws_ratios_target_and_unavailable_graphs(tmp_path):
+    fig = plots.draw("decode_graph_speedup", graph_cells())
+    torch_ax, fused_ax = fig.axes[:2]
+    assert {line.get_label() for line in torch_ax.get_lines()} >= {*FAMILIES, "3x target"}
+    # no fused twin ran: that panel says so and marks the graph cells as unavailable
+    assert "no ok fused-graph decode cells" in texts(fig)
+    assert {f"{m}: unavailable" for m in FAMILIES} <= marker_labels(fused_ax)
+    plots.save(fig, tmp_path / "g.pdf")
+    plt.close(fig)

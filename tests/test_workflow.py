@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -132,6 +133,37 @@ def test_artifact_evaluation_without_torch(ci_run, tmp_path):
                 assert (wf / "figures" / run / f"{figure}.{ext}").is_file(), (run, figure)
     assert outputs_without_sidecar(wf / "figures") == []
     assert not (wf / "results" / "ci").exists()  # nothing measured
+
+
+def test_gpu_check_collects_a_run_and_prints_its_summary(ci_run, tmp_path):
+    """scripts/gpu_check.sh on its CPU path: the finished ci run needs no job, and the
+    script packs tables, records, provenance and figures and prints the summary last."""
+    import subprocess
+    import sys
+    import tarfile
+
+    dest = tmp_path / "out"
+    out = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", str(dest), "ci"],
+        cwd=ci_run,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with tarfile.open(dest / "ssmbench-ci.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert "results/ci/tables/cells.csv" in names and "results/ci/device.json" in names
+    assert "results/ci/tables/cells.csv.prov.json" in names
+    assert "figures/ci/roofline.pdf" in names and "figures/ci/roofline.pdf.prov.json" in names
+    assert any(n.startswith("results/ci/cells/mamba2/torch/decode/") for n in names)
+    assert not any(n.endswith(".trace.json.gz") for n in names)
+    with tarfile.open(dest / "traces-ci.tar.gz") as tar:
+        assert len(tar.getnames()) == len(CI.profiled)
+    summary = (dest / "summary.txt").read_text()
+    assert summary.splitlines()[0].startswith(f"== ci: {len(CI.cells)} cells")
+    assert "mamba3" in summary and out.stdout.rstrip().endswith(f"outputs in {dest}")
 
 
 def test_one_figure_runs_only_its_cells(tmp_path):

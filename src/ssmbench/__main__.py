@@ -20,6 +20,7 @@ from ssmbench.records import write_record
 
 # The same names as ssmbench.models.FAMILIES, without importing torch for --help.
 FAMILIES = ["attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid"]
+BACKENDS = ["naive", "torch", "compile", "fused", "torch-graph", "fused-graph"]
 
 
 def _preset(name: str) -> dict:
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def common(p):
         p.add_argument("--model", required=True, choices=FAMILIES)
-        p.add_argument("--backend", required=True, choices=["naive", "torch", "compile"])
+        p.add_argument("--backend", required=True, choices=BACKENDS)
         p.add_argument("--preset", default="cpu", help="size, timing and device (default: cpu)")
         p.add_argument("--device", choices=["cpu", "cuda"], help="default: the preset's")
         p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])

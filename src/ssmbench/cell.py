@@ -100,13 +100,20 @@ def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: i
         "reason": "",
         "checks": [],
     }
+    from ssmbench.models import GRAPH_BACKENDS
+
+    # A graph backend replays its base backend's decode step: the base is verified here,
+    # and each cell checks its replay equal to the eager step before timing it.
+    base = GRAPH_BACKENDS.get(backend, backend)
     reason = device_unavailable(device)
+    if not reason and base != backend and device != "cuda":
+        reason = f"{backend}: CUDA graphs need a CUDA device (this run's device is {device})"
     if reason:
         record.update(status="unavailable", reason=reason)
     else:
         for dtype in dtypes:
             try:
-                result = verify_backend(model, backend, device=device, dtype=dtype, seed=seed)
+                result = verify_backend(model, base, device=device, dtype=dtype, seed=seed)
             except Exception as e:  # a crash in a backend is a failed verification
                 if _unavailable(e):
                     record.update(status="unavailable", reason=str(e))
@@ -218,9 +225,17 @@ def phase_work(c: Cell, model, x) -> Work:
       them as a training step does).
 
     The compile backend compiles the sequence operators, not the one-token step: its decode
-    cells are ``unavailable`` (the step of the torch cells is the same code).
+    cells are ``unavailable`` (the step of the torch cells is the same code).  A graph
+    backend (``torch-graph``, ``fused-graph``) times the decode step only, as replays of a
+    CUDA graph (:func:`graph_step`).
     """
     import torch
+
+    from ssmbench.models import GRAPH_BACKENDS
+    from ssmbench.models.common import BackendUnavailable
+
+    if c.backend in GRAPH_BACKENDS and c.phase != "decode":
+        raise BackendUnavailable(f"{c.backend} times the decode step only, not {c.phase}")
 
     if c.phase == "prefill":
         with torch.inference_mode():
@@ -228,8 +243,6 @@ def phase_work(c: Cell, model, x) -> Work:
         return Work(lambda: model(x), cache, train=False)
     if c.phase == "decode":
         if c.backend == "compile":
-            from ssmbench.models.common import BackendUnavailable
-
             raise BackendUnavailable(
                 "compile has no decode step: torch.compile covers the sequence operators; "
                 "a decode step runs the eager one-token code of the torch cells"
@@ -241,6 +254,8 @@ def phase_work(c: Cell, model, x) -> Work:
         finally:
             model.backend = backend
         x_t = x[:, -1].clone()  # (b, d_model): any token will do, this one is real data
+        if c.backend in GRAPH_BACKENDS:
+            return Work(graph_step(model, x_t, cache), cache, train=False)
         return Work(lambda: model.step(x_t, cache), cache, train=False)
     if c.phase == "train":
         params = list(model.parameters())
@@ -267,7 +282,7 @@ def _model_and_input(spec: CellSpec):
     """The cell's model (weights from the seed) and its input ``x (b, t, d_model)``."""
     import torch
 
-    from ssmbench.models import DTYPES, build_model
+    from ssmbench.models import DTYPES, GRAPH_BACKENDS, build_model
 
     c = spec.cell
     dtype = DTYPES[c.dtype]
@@ -275,7 +290,7 @@ def _model_and_input(spec: CellSpec):
         c.model,
         spec.size,
         max(c.d_state, 1),
-        c.backend,
+        GRAPH_BACKENDS.get(c.backend, c.backend),  # a graph replays its base's step
         device=spec.device,
         dtype=dtype,
         seed=spec.seed,
@@ -305,6 +320,42 @@ def profile_cell(
         rows = profile_ops(work.fn, spec.device, warmup=1, iters=iters, trace_path=trace_path)
     keys = {"run": spec.run, **asdict(c), "device": spec.device}
     return [{**keys, "device_name": device_name(spec.device), **row} for row in rows]
+
+
+def graph_step(model, x_t, cache, warmup: int = 3):
+    """``model.step(x_t, cache)`` captured once in a CUDA graph; returns its replay.
+
+    The step reads only static buffers (x_t and the cache, which every sample steps from)
+    and writes its outputs into the graph's own memory pool, so one replay is one decode
+    step.  Warm-up runs on a side stream first (lazy initialisation, Triton autotuning and
+    cuBLAS workspaces stay out of the capture, as the CUDA-graph notes of PyTorch advise);
+    then one replay is checked equal to the eager step before anything is timed: a
+    mismatch raises, and the cell is ``failed`` with the error.
+    """
+    import torch
+
+    from ssmbench.models.common import BackendUnavailable
+    from ssmbench.numerics import compare
+
+    if not x_t.is_cuda:
+        raise BackendUnavailable("CUDA graphs need a CUDA device")
+    with torch.inference_mode():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                eager_y, _ = model.step(x_t, cache)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            graph_y, _ = model.step(x_t, cache)
+        graph.replay()
+        torch.cuda.synchronize()
+        dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+        check = compare("graph_step", eager_y, graph_y, dtype.get(eager_y.dtype, "fp32"))
+        if not check.ok:
+            raise RuntimeError(f"graph replay differs from the eager step: {check}")
+    return graph.replay
 
 
 def _measure_into(

@@ -936,6 +936,80 @@ def efficiency_sweep(
     return fig
 
 
+# ---------------------------------------------------------------------------------------
+# CUDA-graph decode.
+
+GRAPH_PAIRS = (("torch", "torch-graph"), ("fused", "fused-graph"))  # (eager, graph)
+GRAPH_TARGET = 3.0  # issue 5: graph replay at least 3x faster than the eager step
+
+
+def graph_speedups(cells: pd.DataFrame, batch: int = 1) -> pd.DataFrame:
+    """Eager over graph decode latency per (model, eager backend, T) at ``batch``: columns
+    model, eager, graph, seq_len, eager_ms, graph_ms, speedup.  Only pairs where both
+    cells are ok."""
+    data = _filter(cells, phase="decode", batch=batch)
+    data = data[data.status == "ok"].set_index(["model", "backend", "seq_len"]).time_ms_median
+    rows = []
+    for eager, graph in GRAPH_PAIRS:
+        for (model, backend, seq_len), eager_ms in data.items():
+            graph_ms = data.get((model, graph, seq_len))
+            if backend == eager and graph_ms is not None:
+                rows.append((model, eager, graph, seq_len, eager_ms, graph_ms, eager_ms / graph_ms))
+    columns = ["model", "eager", "graph", "seq_len", "eager_ms", "graph_ms", "speedup"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def decode_graph_speedup(
+    cells: pd.DataFrame,
+    models: Sequence[str] | None = None,
+    batch: int = 1,
+    phase: str | None = None,
+    backends: Sequence[str] | None = None,
+) -> plt.Figure:
+    """Decode-step latency of the eager step over its CUDA-graph replay, against the
+    context length T, one line per family; a panel per pair (torch / torch-graph, fused /
+    fused-graph); the dashed line is the 3x target.  Graph cells that did not run (every
+    one on a CPU) are labelled markers at the foot of the panel.  ``phase`` and
+    ``backends`` are accepted for a uniform notebook interface and ignored."""
+    title = f"Decode: eager step / CUDA-graph replay, batch {batch}"
+    data = _with_columns(
+        _filter(cells, phase="decode", model=models, batch=batch), _CELL_NUMERIC, _CELL_TEXT
+    )
+    if data.empty:
+        return _empty_figure(title, _none_found("decode cells", model=models, batch=batch), cells)
+    speedups = graph_speedups(data, batch)
+    fig, axes = plt.subplots(
+        1, len(GRAPH_PAIRS), figsize=(6.0 * len(GRAPH_PAIRS), 4.2), squeeze=False
+    )
+    for ax, (eager, graph) in zip(axes[0], GRAPH_PAIRS, strict=True):
+        ax.set_title(f"{eager} / {graph}", fontsize=9)
+        pairs = speedups[speedups.eager == eager]
+        graph_rows = data[data.backend == graph]
+        if pairs.empty:
+            summary = _status_summary(graph_rows)
+            _missing(
+                ax,
+                f"no ok {graph} decode cells with an ok {eager} twin"
+                + (f" ({summary})" if summary else ""),
+            )
+            _mark_not_ok(ax, graph_rows, floor=0.5)
+            continue
+        for model, line in pairs.groupby("model", sort=True):
+            line = line.sort_values("seq_len")
+            ax.plot(line.seq_len, line.speedup, label=model, **_line_style(model, graph))
+        ax.axhline(GRAPH_TARGET, color="0.4", linestyle="--", linewidth=1, label="3x target")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("cached tokens T")
+        ax.set_ylabel("eager / graph latency")
+        ax.grid(True, which="both", alpha=0.3)
+        _mark_not_ok(ax, graph_rows, floor=ax.get_ylim()[0])
+    _title(fig, title, data)
+    _figure_legend(fig)
+    fig.tight_layout()
+    return fig
+
+
 FIGURES = {
     "latency_scaling": latency_scaling,
     "bandwidth_utilization": bandwidth_utilization,
@@ -945,6 +1019,7 @@ FIGURES = {
     "energy_per_token": energy_per_token,
     "op_breakdown": op_breakdown,
     "efficiency_sweep": efficiency_sweep,
+    "decode_graph_speedup": decode_graph_speedup,
 }
 
 

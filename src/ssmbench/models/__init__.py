@@ -19,9 +19,13 @@ from ssmbench.models.common import ResidualStack
 
 FAMILIES = ("attention", "mamba", "s4d", "mamba2", "mamba3", "deltanet", "hybrid")
 # Eager backends every family implements; "compile" is torch.compile of "torch" (made by
-# models.common.pick_backend), kept apart because compiling costs seconds per shape.
+# models.common.pick_backend), kept apart because compiling costs seconds per shape;
+# "fused" runs the ecosystem's tuned kernels (models.fused) where a family has them.
 BACKENDS = ("naive", "torch")
-ALL_BACKENDS = (*BACKENDS, "compile")
+ALL_BACKENDS = (*BACKENDS, "compile", "fused")
+# The decode step of a backend captured once in a CUDA graph and timed as replays
+# (ssmbench.cell); a model is built with the base backend, GRAPH_BACKENDS[name].
+GRAPH_BACKENDS = {"torch-graph": "torch", "fused-graph": "fused"}
 DTYPES = {
     "fp64": torch.float64,
     "fp32": torch.float32,
@@ -29,7 +33,15 @@ DTYPES = {
     "bf16": torch.bfloat16,
 }
 
-__all__ = ["ALL_BACKENDS", "BACKENDS", "DTYPES", "FAMILIES", "ResidualStack", "build_model"]
+__all__ = [
+    "ALL_BACKENDS",
+    "BACKENDS",
+    "DTYPES",
+    "FAMILIES",
+    "GRAPH_BACKENDS",
+    "ResidualStack",
+    "build_model",
+]
 
 
 def build_model(

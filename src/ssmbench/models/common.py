@@ -55,6 +55,8 @@ def pick_backend(table: dict[str, Callable], backend: str, op: str) -> Callable:
     records, the call runs inside a range named by ``PROFILER_SCOPES[op]``."""
     if backend == "compile" and "torch" in table:
         fn = compiled(table["torch"])
+    elif backend == "fused" and "fused" not in table:
+        raise BackendUnavailable(f"no fused kernel for {op} in ssmbench.models.fused")
     elif backend not in table:
         known = sorted(table) + (["compile"] if "torch" in table else [])
         raise ValueError(f"unknown backend {backend!r} for {op}; known: {known}")
