@@ -283,3 +283,23 @@ def test_compile_that_cannot_build_is_unavailable(monkeypatch):
     assert r.status == "unavailable" and "InvalidCxxCompiler" in r.reason
     r = run_cell(spec(model="attention", backend="compile", d_state=0), verify=None)
     assert r.status == "unavailable" and "InvalidCxxCompiler" in r.reason
+
+
+def test_graph_backends_need_cuda_and_the_decode_phase():
+    verify = run_verify("mamba2", "torch-graph", "cpu", ["fp32"])
+    assert verify["status"] == "unavailable"
+    assert "CUDA graphs need a CUDA device" in verify["reason"]
+    r = run_cell(spec(model="mamba2", backend="torch-graph", phase="decode"), verify=verify)
+    assert r.status == "unavailable" and "CUDA graphs need a CUDA device" in r.reason
+    # without a verify record the cell still says why: the capture itself needs CUDA
+    r = run_cell(spec(model="mamba2", backend="torch-graph", phase="decode"), threads=1)
+    assert r.status == "unavailable" and "CUDA graphs need a CUDA device" in r.reason
+    r = run_cell(spec(model="mamba2", backend="fused-graph", phase="train"), threads=1)
+    assert r.status == "unavailable" and "times the decode step only, not train" in r.reason
+
+
+def test_a_family_without_a_fused_kernel_is_unavailable():
+    verify = run_verify("s4d", "fused", "cpu", ["fp32"])
+    assert verify["status"] == "unavailable" and "fused" in verify["reason"]
+    r = run_cell(spec(model="s4d", backend="fused"), verify=verify)
+    assert r.status == "unavailable" and r.n_samples == 0
