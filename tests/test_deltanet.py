@@ -303,11 +303,11 @@ def test_bad_shapes_raise():
 
 def test_unknown_backend_raises():
     q, k, v, beta, g, _ = delta_inputs((1, 3, 1, 4, 4))
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        ops.delta_rule(q, k, v, beta, g=g, backend="fused")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        ops.delta_rule(q, k, v, beta, g=g, backend="cuda-kernels")
     mixer = build_mixer(SMALL_SIZE, d_state=5, layer=0)
     x = torch.zeros(1, 3, SMALL_SIZE.d_model)
-    with pytest.raises(ValueError, match="'fused'"):
-        mixer(x, "fused")
-    with pytest.raises(ValueError, match="'fused'"):
-        mixer.step(x[:, 0], None, "fused")
+    with pytest.raises(ValueError, match="'cuda-kernels'"):
+        mixer(x, "cuda-kernels")
+    with pytest.raises(ValueError, match="'cuda-kernels'"):
+        mixer.step(x[:, 0], None, "cuda-kernels")

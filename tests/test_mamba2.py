@@ -270,13 +270,13 @@ def test_mixer_naive_equals_torch():
 
 def test_unknown_backend_raises():
     (x, dt, A, B, C), _ = ssd_inputs((1, 3, 2, 4, 1, 3))
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        ops.ssd(x, dt, A, B, C, backend="fused")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        ops.ssd(x, dt, A, B, C, backend="cuda-kernels")
     mixer = build_mixer(SMALL_SIZE, d_state=5, layer=0)
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        mixer(torch.zeros(1, 3, SMALL_SIZE.d_model), "fused")
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        mixer.step(torch.zeros(1, SMALL_SIZE.d_model), None, "fused")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        mixer(torch.zeros(1, 3, SMALL_SIZE.d_model), "cuda-kernels")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        mixer.step(torch.zeros(1, SMALL_SIZE.d_model), None, "cuda-kernels")
     assert set(SSD_BACKENDS) == set(BACKENDS)
 
 

@@ -256,10 +256,10 @@ def test_mamba3_bad_shapes_raise():
 
 def test_mamba3_unknown_backend_raises():
     args, D, _ = make_inputs((1, 3, 2, 1, 3, 4, 2))
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        ops.mamba3(*args, D=D, backend="fused")
-    with pytest.raises(ValueError, match="'fused'"):
-        build_model("mamba3", SMALL_SIZE, d_state=4, backend="fused")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        ops.mamba3(*args, D=D, backend="cuda-kernels")
+    with pytest.raises(ValueError, match="'cuda-kernels'"):
+        build_model("mamba3", SMALL_SIZE, d_state=4, backend="cuda-kernels")
 
 
 # the mixer

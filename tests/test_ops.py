@@ -298,17 +298,17 @@ def test_build_model_is_deterministic():
 def test_unknown_backend_raises():
     q, k, v = attention_inputs((1, 3, 1, 4))
     args, kwargs = scan_inputs((1, 3, 4, 2))
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        ops.attention(q, k, v, backend="fused")
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        ops.attention_step(q[:, 0], k[:, 0], v[:, 0], backend="fused")
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        ops.selective_scan(*args, **kwargs, backend="fused")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        ops.attention(q, k, v, backend="cuda-kernels")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        ops.attention_step(q[:, 0], k[:, 0], v[:, 0], backend="cuda-kernels")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        ops.selective_scan(*args, **kwargs, backend="cuda-kernels")
     u, delta, A, B, C = args
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        ops.selective_scan_step(u[:, 0], delta[:, 0], A, B[:, 0], C[:, 0], backend="fused")
-    with pytest.raises(ValueError, match="'fused'"):
-        build_model("mamba", SMALL_SIZE, d_state=5, backend="fused")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        ops.selective_scan_step(u[:, 0], delta[:, 0], A, B[:, 0], C[:, 0], backend="cuda-kernels")
+    with pytest.raises(ValueError, match="'cuda-kernels'"):
+        build_model("mamba", SMALL_SIZE, d_state=5, backend="cuda-kernels")
 
 
 def test_unknown_model_or_dtype_raises():
