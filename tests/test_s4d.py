@@ -232,8 +232,8 @@ def test_model_keeps_complex_parameters_through_dtype_casts():
 def test_s4d_errors():
     args, h0 = s4d_inputs((2, 5, 3, 2))
     u, log_dt, A, C, D = args
-    with pytest.raises(ValueError, match="'fused'.*naive"):
-        ops.s4d(*args, backend="fused")
+    with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
+        ops.s4d(*args, backend="cuda-kernels")
     with pytest.raises(ValueError, match=r"u must be \(b, t, h\)"):
         ops.s4d(u[0], log_dt, A, C, D)
     with pytest.raises(ValueError, match=r"u must be \(b, h\)"):
@@ -249,7 +249,7 @@ def test_s4d_errors():
     with pytest.raises(ValueError, match="d_state=1"):
         S4DMixer(8, d_state=1)
     mixer = S4DMixer(8, d_state=4)
-    with pytest.raises(ValueError, match="'fused'"):
-        mixer(torch.randn(1, 3, 8), "fused")
-    with pytest.raises(ValueError, match="'fused'"):
-        mixer.step(torch.randn(1, 8), None, "fused")
+    with pytest.raises(ValueError, match="'cuda-kernels'"):
+        mixer(torch.randn(1, 3, 8), "cuda-kernels")
+    with pytest.raises(ValueError, match="'cuda-kernels'"):
+        mixer.step(torch.randn(1, 8), None, "cuda-kernels")
