@@ -20,7 +20,7 @@ FIGURE = "figures/{run}/{figure}.{ext}"
 PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
 
 # The tables `aggregate` writes, in DESIGN.md's names.
-TABLES = ("cells.csv", "cells.parquet", "samples.parquet", "verify.csv", "ops.csv")
+TABLES = ("cells.csv", "cells.parquet", "samples.parquet", "verify.csv", "ops.csv", "claims.csv")
 FIGURE_EXTS = ("pdf", "png", "ipynb")
 
 PROV_SUFFIX = ".prov.json"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pandera.pandas as pa
 
+from ssmbench import claims
 from ssmbench.measure.profile import BUCKETS  # torch-free at import
 from ssmbench.records import STATUSES, CellRecord, read_record
 
@@ -294,11 +295,13 @@ def aggregate(
     for p in verify_paths:
         with open(p) as f:
             verify_records.append(json.load(f))
+    cells = cells_table(records)
     return {
-        "cells": cells_table(records),
+        "cells": cells,
         "samples": samples_table(records),
         "verify": verify_table(run, verify_records),
         "ops": ops_table(ops_paths),
+        "claims": claims.evaluate(cells, run),  # config/claims.yaml against this run
     }
 
 
