@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES)
 
-.PHONY: venv reproduce test lint figures-precollected artifact lock clean wheels
+.PHONY: venv fused reproduce test lint figures-precollected artifact lock clean wheels
 
 # torch goes first and alone, so no later requirement can pull a CUDA build of it.
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -16,10 +16,28 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 
 venv: $(VENV)/.installed
 
+# The `fused` backend: triton, einops and flash-linear-attention from the extra, then
+# mamba_ssm without build isolation (its setup.py imports the installed torch) and without
+# its dependencies (they would pull transformers, tilelang and a CUDA torch; its Triton
+# kernels need only triton and einops).  Its CUDA extension (selective_scan_cuda, Mamba-1's
+# prefill kernel) is built, which takes long, only where nvcc is found and torch is a CUDA
+# build; elsewhere, or with `make fused MAMBA_SKIP_CUDA_BUILD=TRUE`, only the Triton kernels.
+MAMBA_SKIP_CUDA_BUILD ?= $(shell command -v nvcc >/dev/null 2>&1 \
+	&& $(BIN)/python -c 'import sys, torch; sys.exit(torch.version.cuda is None)' 2>/dev/null \
+	&& echo FALSE || echo TRUE)
+
+$(VENV)/.fused: $(VENV)/.installed
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[fused]'
+	MAMBA_SKIP_CUDA_BUILD=$(MAMBA_SKIP_CUDA_BUILD) MAMBA_FORCE_BUILD=TRUE \
+	  $(BIN)/pip install --quiet --no-build-isolation --no-deps -c requirements.lock mamba-ssm
+	touch $@
+
+fused: $(VENV)/.fused  ## install the fused backend's kernels (mamba_ssm, fla, triton)
+
 reproduce: venv  ## set up, then run the main job (the `cpu` preset here, `gpu` on a GPU box)
 	$(SNAKEMAKE)
 
-test: venv  ## set up, then run the test suite
+test: $(VENV)/.fused  ## set up (with the fused kernels, checked under Triton's interpreter), then the tests
 	$(BIN)/pytest
 
 lint: venv
@@ -44,7 +62,7 @@ artifact:
 WHEELS ?= .whl
 DEVICE_PY ?= 3.12
 MAMBA_PIN ?= mamba-ssm==2.3.2.post1
-FUSED_PINS ?= fla-core
+FUSED_PINS ?= fla-core==0.6.0
 DEVICE_HAS := torch triton numpy pandas pyarrow matplotlib pyyaml pillow contourpy \
 	fonttools kiwisolver cycler pyparsing python_dateutil six packaging jinja2 markupsafe \
 	nvidia_ml_py einops typing_extensions requests urllib3 idna certifi charset_normalizer

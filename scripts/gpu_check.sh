@@ -52,13 +52,18 @@ fi
 "$PY" - <<'PYEOF'
 import importlib, sys
 print("== python", sys.version.split()[0])
-for name in ("torch", "triton", "numpy", "pandas", "snakemake", "papermill",
-             "mamba_ssm.ops.triton.ssd_combined", "fla", "flash_attn"):
+for name in ("torch", "triton", "numpy", "pandas", "snakemake", "papermill", "fla", "flash_attn"):
     try:
         module = importlib.import_module(name)
         print(f"   {name:36s} {getattr(module, '__version__', 'ok')}")
     except Exception as e:  # a missing fused package is data: its cells say unavailable
         print(f"   {name:36s} not importable: {type(e).__name__}: {str(e)[:80]}")
+sys.path.insert(0, "src")
+import torch
+from ssmbench.models.fused import FUSED_AVAILABILITY
+device = "cuda" if torch.cuda.is_available() else "cpu"
+for family, reason in FUSED_AVAILABILITY.items():
+    print(f"   fused {family:30s} {reason(device) or 'available'}")
 PYEOF
 
 # 2. the run; a failed job must not lose what the others measured

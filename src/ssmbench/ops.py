@@ -126,7 +126,8 @@ def ssd(x, dt, A, B, C, D=None, chunk_size=64, initial_state=None, backend="torc
 def ssd_step(x, dt, A, B, C, D=None, state=None, backend="torch"):
     """One token of SSD: x ``(b, h, p)``; dt ``(b, h)``; B, C ``(b, g, n)``; state
     ``(b, h, p, n)`` or None -> ``(y (b, h, p), state)``."""
-    return _family("mamba2").ssd_step(x, dt, A, B, C, D=D, state=state)
+    fn = pick_backend(_family("mamba2").SSD_STEP_BACKENDS, backend, "ssd_step")
+    return fn(x, dt, A, B, C, D=D, state=state)
 
 
 def mamba3(x, dt, A, B, C, theta, lam, D=None, chunk_size=64, initial_state=None, backend="torch"):
@@ -139,7 +140,8 @@ def mamba3(x, dt, A, B, C, theta, lam, D=None, chunk_size=64, initial_state=None
 def mamba3_step(x, dt, A, B, C, theta, lam, D=None, state=None, backend="torch"):
     """One token of Mamba-3 (the state also carries what the trapezoidal rule needs from
     the previous token; see :mod:`ssmbench.models.mamba3`)."""
-    return _family("mamba3").mamba3_step(x, dt, A, B, C, theta, lam, D=D, state=state)
+    fn = pick_backend(_family("mamba3").MAMBA3_STEP_BACKENDS, backend, "mamba3_step")
+    return fn(x, dt, A, B, C, theta, lam, D=D, state=state)
 
 
 def delta_rule(q, k, v, beta, g=None, chunk_size=64, initial_state=None, backend="torch"):
@@ -152,7 +154,8 @@ def delta_rule(q, k, v, beta, g=None, chunk_size=64, initial_state=None, backend
 
 def delta_rule_step(q, k, v, beta, g=None, state=None, backend="torch"):
     """One token of the delta rule: q, k ``(b, h, k)``; v ``(b, h, v)``; beta, g ``(b, h)``."""
-    return _family("deltanet").delta_rule_step(q, k, v, beta, g=g, state=state)
+    fn = pick_backend(_family("deltanet").DELTA_RULE_STEP_BACKENDS, backend, "delta_rule_step")
+    return fn(q, k, v, beta, g=g, state=state)
 
 
 def s4d(u, log_dt, A, C, D, initial_state=None, backend="torch"):
@@ -164,4 +167,5 @@ def s4d(u, log_dt, A, C, D, initial_state=None, backend="torch"):
 
 def s4d_step(u, log_dt, A, C, D, state=None, backend="torch"):
     """One token of S4D: u ``(b, h)``; state ``(b, h, n)`` complex or None."""
-    return _family("s4d").s4d_step(u, log_dt, A, C, D, state=state)
+    fn = pick_backend(_family("s4d").S4D_STEP_BACKENDS, backend, "s4d_step")
+    return fn(u, log_dt, A, C, D, state=state)

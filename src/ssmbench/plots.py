@@ -1037,3 +1037,290 @@ def save(fig: plt.Figure, *paths: str | os.PathLike) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         metadata = {"CreationDate": None} if str(path).endswith(".pdf") else {}
         fig.savefig(path, bbox_inches="tight", dpi=150, metadata=metadata)
+
+
+# ---------------------------------------------------------------------------------------
+# Families of imported runs, the TTFT / TPOT crossover and throughput.
+#
+# Imported runs (ssmbench.importers) keep their own model names ("mamba-130m", "qwen25-
+# instruct") and name each model's family in a ``family`` column; our own runs name models
+# by family and have no such column.  The figures below colour by :func:`family_of`, so
+# both kinds of table (and their concatenation) draw with FAMILY_COLORS; within a family,
+# the models of an imported run are told apart by marker, backends by line style.
+
+# Families whose crossing with an attention line the crossover figure marks.
+RECURRENT_FAMILIES = ("mamba", "mamba2", "mamba3", "s4d", "deltanet")
+_MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+_DEFAULT_STYLE = dict(linestyle="-", marker=".")
+
+
+def family_of(table: pd.DataFrame) -> pd.Series:
+    """The family of each row: its ``family`` where the table has that column and the row a
+    value, else its ``model``."""
+    model = table.model.astype(str)
+    if "family" not in table:
+        return model
+    family = table["family"].fillna("").astype(str)
+    return family.where(family != "", model)
+
+
+def _smallest_batch(table: pd.DataFrame, batch=None) -> pd.DataFrame:
+    """The rows at ``batch`` (one or several), else at the table's smallest batch."""
+    table = _filter(table, batch=batch)
+    if _as_list(batch) is None and not table.empty:
+        table = table[table.batch == table.batch.min()]
+    return table
+
+
+def _steps(table: pd.DataFrame) -> pd.Series:
+    """Tokens per sequence in each timed call (``tokens / batch``): T for a prefill, 1 for
+    a decode step; where ``tokens`` is empty, T for prefill and train, 1 for decode."""
+    per_sequence = table.tokens / table.batch
+    fallback = pd.Series(
+        np.where(table.phase == "decode", 1.0, table.seq_len.astype(float)), index=table.index
+    )
+    return per_sequence.where(per_sequence > 0, fallback)
+
+
+def _family_lines(table: pd.DataFrame, y: str, x: str = "seq_len") -> list[dict]:
+    """One line per (run, model, backend, dtype) of the ok rows with a positive ``y``:
+    ``{"label", "model", "family", "x", "y", "style"}``, x ascending.  Labels name the dtype
+    and the run only where the table has several."""
+    ok = table[(table.status == "ok") & (table[y] > 0) & table[x].notna()]
+    ok = ok.assign(_family=family_of(ok))
+    several_dtypes = table.dtype.nunique() > 1
+    several_runs = table.run.nunique() > 1 if "run" in table else False
+    in_family: dict[str, list[str]] = {}
+    for family, model in sorted(set(zip(ok._family, ok.model, strict=True))):
+        in_family.setdefault(family, []).append(model)
+    lines = []
+    groups = ok.groupby(["run", "model", "backend", "dtype"], sort=True)
+    for (run, model, backend, dt), line in groups:
+        line = line.sort_values(x)
+        family = line._family.iloc[0]
+        style = dict(BACKEND_STYLES.get(backend, _DEFAULT_STYLE))
+        if model != family:  # an imported model: a marker of its own within the family
+            markers = in_family[family]
+            style["marker"] = _MODEL_MARKERS[markers.index(model) % len(_MODEL_MARKERS)]
+        label = f"{model} / {backend}"
+        label += f" ({dt})" if several_dtypes else ""
+        label += f" [{run}]" if several_runs else ""
+        lines.append(
+            dict(
+                label=label,
+                model=model,
+                family=family,
+                x=line[x].to_numpy(dtype=float),
+                y=line[y].to_numpy(dtype=float),
+                style=dict(color=FAMILY_COLORS.get(family, "black"), markersize=4, **style),
+            )
+        )
+    return lines
+
+
+def _mark_not_ok_by_family(ax: plt.Axes, rows: pd.DataFrame, floor: float) -> None:
+    """As :func:`_mark_not_ok`, coloured by :func:`family_of` instead of the model name."""
+    rows = rows[(rows.status != "ok") & rows.seq_len.notna()]
+    rows = rows.assign(_family=family_of(rows))
+    for (model, status), group in rows.groupby(["model", "status"], sort=True):
+        ax.scatter(
+            group.seq_len,
+            [floor] * len(group),
+            marker=STATUS_MARKERS.get(status, "x"),
+            color=FAMILY_COLORS.get(group._family.iloc[0], "black"),
+            s=60,
+            clip_on=False,
+            zorder=4,
+            label=f"{model}: {status}",
+        )
+
+
+def _crossings(xa, ya, xb, yb) -> list[tuple[float, float]]:
+    """Where two polylines cross on log-log axes: both are interpolated linearly in
+    (log x, log y) onto the union of their x within the range they share, and each sign
+    change of log ya - log yb is solved on its segment.  Returns (x, y) pairs."""
+    lo, hi = max(xa.min(), xb.min()), min(xa.max(), xb.max())
+    if not lo < hi:
+        return []
+    grid = np.unique(np.concatenate([xa, xb]))
+    lx = np.log(grid[(grid >= lo) & (grid <= hi)])
+    la = np.interp(lx, np.log(xa), np.log(ya))
+    lb = np.interp(lx, np.log(xb), np.log(yb))
+    d = la - lb
+    found = []
+    for i in range(len(lx) - 1):
+        if d[i] * d[i + 1] < 0:
+            t = d[i] / (d[i] - d[i + 1])
+            found.append((lx[i] + t * (lx[i + 1] - lx[i]), la[i] + t * (la[i + 1] - la[i])))
+        elif d[i + 1] == 0 and i + 2 < len(lx) and d[i] * d[i + 2] < 0:  # touches a point
+            found.append((lx[i + 1], la[i + 1]))
+    return [(float(np.exp(x)), float(np.exp(y))) for x, y in found]
+
+
+_CROSSOVER_PANELS = (
+    # (phase, column, title, y label)
+    ("prefill", "ttft_ms", "(a) time to first token (prefill)", "prefill latency, median (ms)"),
+    ("decode", "tpot_ms", "(b) time per output token (decode)", "decode ms per token, median"),
+)
+
+
+def _crossover_data(cells, models, backends, batch, dtype) -> pd.DataFrame:
+    wanted = dict(phase=["prefill", "decode"], model=models, backend=backends, dtype=dtype)
+    data = _with_columns(_filter(cells, **wanted), _CELL_NUMERIC, _CELL_TEXT)
+    data = _smallest_batch(data, batch)
+    return data.assign(
+        ttft_ms=data.time_ms_median.where(data.phase == "prefill"),
+        tpot_ms=(data.time_ms_median / _steps(data)).where(data.phase == "decode"),
+    )
+
+
+def crossovers(
+    cells: pd.DataFrame,
+    models: Sequence[str] | None = None,
+    backends: Sequence[str] | None = None,
+    batch: int | None = None,
+    dtype: str | Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The crossover points of :func:`ttft_tpot_crossover`: for each phase (prefill: time to
+    first token; decode: time per output token), each line of a recurrent family
+    (RECURRENT_FAMILIES) and each attention line, every T where they cross (log-log
+    interpolation between measured points).  Columns phase, recurrent, attention, seq_len,
+    time_ms; ``recurrent`` and ``attention`` are line labels."""
+    data = _crossover_data(cells, models, backends, batch, dtype)
+    rows = []
+    for phase, column, *_ in _CROSSOVER_PANELS:
+        lines = _family_lines(data[data.phase == phase], column)
+        for a in (line for line in lines if line["family"] in RECURRENT_FAMILIES):
+            for b in (line for line in lines if line["family"] == "attention"):
+                for t, ms in _crossings(a["x"], a["y"], b["x"], b["y"]):
+                    rows.append((phase, a["label"], b["label"], t, ms))
+    return pd.DataFrame(rows, columns=["phase", "recurrent", "attention", "seq_len", "time_ms"])
+
+
+def ttft_tpot_crossover(
+    cells: pd.DataFrame,
+    models: Sequence[str] | None = None,
+    backends: Sequence[str] | None = None,
+    batch: int | None = None,
+    dtype: str | Sequence[str] | None = None,
+    phase: str | None = None,
+) -> plt.Figure:
+    """Two panels against the context length T, log-log: (a) time to first token (the
+    prefill cell's median) and (b) time per output token (the decode cell's median over its
+    tokens per sequence); a line per (model, backend), coloured by family
+    (:func:`family_of`), so SSM, attention and hybrid lines are told apart.  A star marks
+    each T where a recurrent-family line crosses an attention line (:func:`crossovers`),
+    labelled with the pair and T.  One batch (``batch``, else the smallest); every dtype
+    unless ``dtype`` says which (labels name it when several remain).  Cells that did not
+    run are labelled markers at the foot of their panel.  ``phase`` is accepted for a
+    uniform notebook interface and ignored: both phases are drawn."""
+    title = "Time to first token and time per output token"
+    data = _crossover_data(cells, models, backends, batch, dtype)
+    if data.empty:
+        message = _none_found(
+            "prefill or decode cells", model=models, backend=backends, batch=batch, dtype=dtype
+        )
+        return _empty_figure(title, message, cells)
+    points = crossovers(cells, models, backends, batch, dtype)
+    fig, axes = plt.subplots(1, len(_CROSSOVER_PANELS), figsize=(12.0, 4.6), squeeze=False)
+    for ax, (ph, column, name, ylabel) in zip(axes[0], _CROSSOVER_PANELS, strict=True):
+        panel = data[data.phase == ph]
+        ax.set_title(name, fontsize=9)
+        lines = _family_lines(panel, column)
+        if not lines:
+            summary = _status_summary(panel)
+            _missing(
+                ax,
+                f"no ok {ph} cell with a time here" + (f" (not ok: {summary})" if summary else ""),
+            )
+            continue
+        for line in lines:
+            ax.plot(line["x"], line["y"], label=line["label"], **line["style"])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_xlabel("context length T (tokens)")
+        ax.set_ylabel(ylabel)
+        here = points[points.phase == ph].reset_index(drop=True)
+        for k, p in here.iterrows():
+            ax.plot(
+                [p.seq_len],
+                [p.time_ms],
+                marker="*",
+                markersize=13,
+                markerfacecolor="gold",
+                markeredgecolor="black",
+                linestyle="",
+                zorder=5,
+                label="crossover: recurrent = attention",
+            )
+            ax.annotate(
+                f"{p.recurrent.split(' / ')[0]} = {p.attention.split(' / ')[0]}\n"
+                f"T ≈ {p.seq_len:,.0f}",
+                (p.seq_len, p.time_ms),
+                xytext=(-8, 10 + 22 * (k % 3)),
+                textcoords="offset points",
+                ha="right",
+                fontsize=7,
+                arrowprops=dict(arrowstyle="-", color="0.4", linewidth=0.6),
+            )
+        _mark_not_ok_by_family(ax, panel, floor=ax.get_ylim()[0])
+    _title(fig, title, data)
+    _figure_legend(fig)
+    fig.tight_layout()
+    return fig
+
+
+def throughput(
+    cells: pd.DataFrame,
+    phase: str | Sequence[str] | None = None,
+    models: Sequence[str] | None = None,
+    backends: Sequence[str] | None = None,
+    batch: int | None = None,
+    dtype: str | Sequence[str] | None = None,
+) -> plt.Figure:
+    """Tokens per second, ``tokens / (time_ms_median / 1e3)``, against T, log-log, a panel
+    per phase (prefill, decode, and train where present) and a line per (model, backend),
+    coloured by family (:func:`family_of`).  Where ``tokens`` is empty it is batch x T for
+    prefill and train and batch for decode.  One batch (``batch``, else the smallest); every
+    dtype unless ``dtype`` says which.  Cells that did not run are labelled markers."""
+    title = "Throughput"
+    wanted = dict(phase=phase, model=models, backend=backends, dtype=dtype)
+    data = _with_columns(_filter(cells, **wanted), _CELL_NUMERIC, _CELL_TEXT)
+    data = _smallest_batch(data, batch)
+    if data.empty:
+        return _empty_figure(title, _none_found("cells", **wanted, batch=batch), cells)
+    data = data.assign(
+        tokens_per_s=_steps(data) * data.batch / (data.time_ms_median / 1e3),
+    )
+    phases = _phases(data)
+    fig, axes = plt.subplots(1, len(phases), figsize=(5.4 * len(phases), 4.4), squeeze=False)
+    for ax, ph in zip(axes[0], phases, strict=True):
+        panel = data[data.phase == ph]
+        ax.set_title(ph, fontsize=9)
+        lines = _family_lines(panel, "tokens_per_s")
+        if not lines:
+            summary = _status_summary(panel)
+            _missing(
+                ax,
+                f"no ok {ph} cell with a time here" + (f" (not ok: {summary})" if summary else ""),
+            )
+            continue
+        for line in lines:
+            ax.plot(line["x"], line["y"], label=line["label"], **line["style"])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_xlabel(
+            "context length T (tokens)" if ph == "decode" else "sequence length T (tokens)"
+        )
+        ax.set_ylabel("tokens / s")
+        _mark_not_ok_by_family(ax, panel, floor=ax.get_ylim()[0])
+    _title(fig, title, data)
+    _figure_legend(fig)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES["ttft_tpot_crossover"] = ttft_tpot_crossover
+FIGURES["throughput"] = throughput

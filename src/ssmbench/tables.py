@@ -117,7 +117,14 @@ CELLS_SCHEMA = pa.DataFrameSchema(
         "load_avg_1m": _float(),
         "measure_s": _float(),
         "git_commit": pa.Column(str, nullable=True, coerce=True),
-        **{c: pa.Column(int, pa.Check.ge(1), coerce=True) for c in SIZE_COLUMNS},
+        # the run's size preset; empty for an imported run of another study's checkpoints
+        **{
+            c: pa.Column(pd.Int64Dtype(), pa.Check.ge(1), nullable=True, coerce=True)
+            for c in SIZE_COLUMNS
+        },
+        # the family that colours a model in every figure: the model itself for our runs,
+        # e.g. "mamba2" for SSM-Scope's "mamba2-780m" (ssmbench.importers.ssm_scope)
+        "family": pa.Column(str, nullable=True, coerce=True),
     },
     checks=[
         # an ok cell has timings, and its P95 is never below its median
@@ -196,8 +203,9 @@ def cells_table(records: Iterable[CellRecord]) -> pd.DataFrame:
         d = r.to_dict()
         row = {c: d[c] for c in CELL_COLUMNS}
         row.update({c: d["size"][c] for c in SIZE_COLUMNS})
+        row["family"] = d["model"]
         rows.append(row)
-    df = pd.DataFrame(rows, columns=CELL_COLUMNS + SIZE_COLUMNS)
+    df = pd.DataFrame(rows, columns=CELL_COLUMNS + SIZE_COLUMNS + ["family"])
     df = df.sort_values(KEYS, ignore_index=True)
     return CELLS_SCHEMA.validate(df)
 
@@ -252,6 +260,7 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
             "memory_method",
             "energy_method",
             "energy_reason",
+            "family",
         )
         df = pd.read_csv(path, dtype={c: object for c in text_columns})
         for col in text_columns:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
+from ssmbench.models import fused
 from ssmbench.models.common import pick_backend
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # (k_cache, v_cache), each (b, t, h, d)
@@ -58,7 +59,11 @@ def attention_torch(
     return y.transpose(1, 2)  # (b t h d)
 
 
-ATTENTION_BACKENDS = {"naive": attention_naive, "torch": attention_torch}
+ATTENTION_BACKENDS = {
+    "naive": attention_naive,
+    "torch": attention_torch,
+    "fused": fused.attention_fused,  # FlashAttention-2 (flash_attn, else SDPA's flash kernel)
+}
 
 
 def attention_step(

@@ -75,6 +75,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
+from ssmbench.models import fused
 from ssmbench.models.common import RMSNorm, inverse_softplus, pick_backend, widen
 
 # (q_conv_state, k_conv_state, v_conv_state) each (b, h*k or h*v, d_conv), then S (b, h, k, v)
@@ -358,8 +359,16 @@ def delta_rule_step(
     return o.to(out_dtype), state
 
 
-DELTA_RULE_BACKENDS = {"naive": delta_rule_naive, "torch": delta_rule_torch}
-DELTA_RULE_STEP_BACKENDS = {"naive": delta_rule_step, "torch": delta_rule_step}
+DELTA_RULE_BACKENDS = {
+    "naive": delta_rule_naive,
+    "torch": delta_rule_torch,
+    "fused": fused.delta_rule_fused,  # flash-linear-attention's chunk (gated) delta rule
+}
+DELTA_RULE_STEP_BACKENDS = {
+    "naive": delta_rule_step,
+    "torch": delta_rule_step,
+    "fused": fused.delta_rule_step_fused,  # fla's fused recurrent kernel, one token
+}
 
 
 def _l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

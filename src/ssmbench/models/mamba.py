@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
+from ssmbench.models import fused
 from ssmbench.models.common import inverse_softplus, pick_backend, widen
 from ssmbench.models.mamba2 import FACTOR_LIMIT
 
@@ -417,8 +418,16 @@ def selective_scan_step(
     return _output_gate(y, u, D, z).to(out_dtype), state
 
 
-SCAN_BACKENDS = {"naive": selective_scan_naive, "torch": selective_scan_torch}
-SCAN_STEP_BACKENDS = {"naive": selective_scan_step, "torch": selective_scan_step}
+SCAN_BACKENDS = {
+    "naive": selective_scan_naive,
+    "torch": selective_scan_torch,
+    "fused": fused.selective_scan_fused,  # mamba_ssm's CUDA selective_scan_fn
+}
+SCAN_STEP_BACKENDS = {
+    "naive": selective_scan_step,
+    "torch": selective_scan_step,
+    "fused": fused.selective_scan_step_fused,  # mamba_ssm's Triton selective_state_update
+}
 
 
 class MambaMixer(nn.Module):

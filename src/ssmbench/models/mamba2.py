@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
+from ssmbench.models import fused
 from ssmbench.models.common import RMSNorm, cumsum, inverse_softplus, pick_backend, widen
 
 Mamba2Cache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, conv_dim, d_conv),
@@ -410,7 +411,17 @@ def ssd_step(
     return y.to(out_dtype), state
 
 
-SSD_BACKENDS = {"naive": ssd_naive, "torch": ssd_chunked}
+SSD_BACKENDS = {
+    "naive": ssd_naive,
+    "torch": ssd_chunked,
+    "fused": fused.ssd_fused,  # mamba_ssm's Triton mamba_chunk_scan_combined
+}
+# One token has no loop over time to vectorise: naive and torch share ssd_step
+SSD_STEP_BACKENDS = {
+    "naive": ssd_step,
+    "torch": ssd_step,
+    "fused": fused.ssd_step_fused,  # mamba_ssm's Triton selective_state_update
+}
 
 
 class Mamba2Mixer(nn.Module):
@@ -517,7 +528,7 @@ class Mamba2Mixer(nn.Module):
     ) -> tuple[torch.Tensor, Mamba2Cache]:
         """u_t: ``(b, d_model)``, cache from :meth:`forward` or the last step (or None for
         an empty one) -> y_t ``(b, d_model)`` and the updated cache."""
-        pick_backend(SSD_BACKENDS, backend, "Mamba2Mixer.step")  # one step for both
+        step = pick_backend(SSD_STEP_BACKENDS, backend, "Mamba2Mixer.step")
         z, xBC, dt = torch.split(
             self.in_proj(u_t), [self.d_inner, self.conv_dim, self.nheads], dim=-1
         )  # (b d_inner), (b conv_dim), (b h)
@@ -532,7 +543,7 @@ class Mamba2Mixer(nn.Module):
         x, B, C = self._split_xBC(xBC)  # (b h p), (b g n), (b g n)
         dt = F.softplus(dt + self.dt_bias)  # (b h)
         A = -torch.exp(self.A_log)  # (h)
-        y, ssm_state = ssd_step(x, dt, A, B, C, D=self.D, state=ssm_state)  # (b h p)
+        y, ssm_state = step(x, dt, A, B, C, D=self.D, state=ssm_state)  # (b h p)
         return self._gate_out(y, z), (conv_state, ssm_state)
 
 

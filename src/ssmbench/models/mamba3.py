@@ -62,6 +62,7 @@ from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
+from ssmbench.models import fused
 from ssmbench.models.common import RMSNorm, cumsum, inverse_softplus, pick_backend, widen
 from ssmbench.models.mamba2 import chunked_scan
 from ssmbench.reference.mamba3 import Mamba3State
@@ -346,8 +347,16 @@ def mamba3_step(
     return y.to(out_dtype), Mamba3State(ssm, phase, B_rot, x.clone())  # x: own storage
 
 
-MAMBA3_BACKENDS = {"naive": mamba3_naive, "torch": mamba3_torch}
-MAMBA3_STEP_BACKENDS = {"naive": mamba3_step, "torch": mamba3_step}
+MAMBA3_BACKENDS = {
+    "naive": mamba3_naive,
+    "torch": mamba3_torch,
+    "fused": fused.mamba3_fused,  # mamba_ssm's Mamba-3 SISO kernels (GPU only)
+}
+MAMBA3_STEP_BACKENDS = {
+    "naive": mamba3_step,
+    "torch": mamba3_step,
+    "fused": fused.mamba3_step_fused,
+}
 
 
 class Mamba3Mixer(nn.Module):

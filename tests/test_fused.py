@@ -1,0 +1,686 @@
+"""The ``fused`` backend (:mod:`ssmbench.models.fused`): the kernels of mamba_ssm and fla
+through our wrappers against the float64 references, and every unavailable path.
+
+On a CPU the Triton kernels run under the Triton interpreter, in a spawned worker process
+(``interpreter`` fixture) that turns it on and applies the stubs of tests/triton_cpu.py
+before it imports a kernel: the interpreter must be on when the kernels' modules are
+imported, and neither the setting nor the stubs may leak into the other tests.  The worker
+also fills every ``torch.empty`` buffer with NaN, so a kernel that reads memory it never
+wrote fails.  These tests skip where the ``fused`` extra is not installed (``make fused``).
+
+The interpreter computes ``tl.dot`` with NumPy in float32 (no TF32), so the fp32 checks
+use the fp32 tolerance.  On a GPU, Triton's float32 ``tl.dot`` defaults to TF32 (a 10-bit
+mantissa, fp16's unit roundoff), so the GPU-only tests at the end judge float32 under the
+fp16 tolerance; they also cover bf16, Mamba-3, Mamba-1's CUDA prefill, FlashAttention and
+the decode steps in CUDA graphs, and skip without CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ssmbench import reference
+from ssmbench.models import FAMILIES, attention, deltanet, fused, mamba, mamba2, mamba3
+from ssmbench.models.common import BackendUnavailable
+from ssmbench.numerics import Comparison, compare, to_numpy
+from tests import triton_cpu
+
+CHECK_TIMEOUT_S = 300  # per check in the worker; each takes a few seconds on 2 cores
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="GPU-only check: no CUDA device here")
+
+
+def _needs(*packages: str):
+    """Skip unless the packages are installed.  Looked up, not imported: ``import
+    mamba_ssm`` fails without its CUDA extension, and importing fla or mamba_ssm here would
+    build their kernels in this process, outside the interpreter."""
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    return pytest.mark.skipif(
+        bool(missing), reason=f"{', '.join(missing)} not installed (`make fused`)"
+    )
+
+
+needs_mamba_ssm = _needs("triton", "einops", "mamba_ssm")
+needs_fla = _needs("triton", "einops", "fla")
+
+
+def _start_worker() -> None:
+    triton_cpu.install()
+    triton_cpu.fill_new_buffers_with_nan()
+
+
+@pytest.fixture(scope="module")
+def interpreter():
+    """One spawned worker for this module's kernel checks, the interpreter on."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker) as pool:
+        yield pool
+
+
+def _assert_all(checks: list[Comparison]) -> None:
+    failed = [str(c) for c in checks if not c.ok]
+    assert not failed, "\n".join(failed)
+
+
+def _run(pool, check, *args) -> list[Comparison]:
+    checks = pool.submit(check, *args).result(timeout=CHECK_TIMEOUT_S)
+    _assert_all(checks)
+    return checks
+
+
+# --- the checks, run in the worker -------------------------------------------------------
+
+
+def _randn(generator, *shape):
+    return torch.randn(*shape, generator=generator)
+
+
+def _rand(generator, *shape, low=0.0, high=1.0):
+    return low + (high - low) * torch.rand(*shape, generator=generator)
+
+
+def _unchanged(name: str, before: torch.Tensor, after: torch.Tensor) -> Comparison:
+    """The input state is untouched (the kernels update their state in place)."""
+    return compare(f"{name} leaves its input state unchanged", before, after, "fp64")
+
+
+def _ssd_inputs(seed: int, b: int, t: int, h: int, p: int, g: int, n: int):
+    gen = torch.Generator().manual_seed(seed)
+    x, B, C = _randn(gen, b, t, h, p), _randn(gen, b, t, g, n), _randn(gen, b, t, g, n)
+    dt = _rand(gen, b, t, h, low=0.01, high=1.0)
+    A = -_rand(gen, h, low=0.5, high=2.0)
+    D, h0 = _randn(gen, h), _randn(gen, b, h, p, n)
+    return x, dt, A, B, C, D, h0
+
+
+def _check_ssd(shape: tuple, chunk_size: int, bare: bool = False) -> list[Comparison]:
+    """``bare``: no D and no initial state (the kernels' other branches)."""
+    x, dt, A, B, C, D, h0 = _ssd_inputs(0, *shape)
+    if bare:
+        D = h0 = None
+    ref_y, ref_state = reference.ssd(*map(to_numpy, (x, dt, A, B, C)), D=D, initial_state=h0)
+    y, state = fused.ssd_fused(x, dt, A, B, C, D, chunk_size=chunk_size, initial_state=h0)
+    return [
+        compare("ssd_fused.y", ref_y, y, "fp32"),
+        compare("ssd_fused.final_state", ref_state, state, "fp32"),
+    ]
+
+
+def _check_ssd_step(shape: tuple) -> list[Comparison]:
+    x, dt, A, B, C, D, h0 = _ssd_inputs(1, *shape)
+    ref_y, ref_state = reference.ssd(*map(to_numpy, (x, dt, A, B, C, D)), initial_state=h0)
+    state, ys, h0_before = h0, [], h0.clone()
+    for i in range(x.shape[1]):
+        y_t, state = fused.ssd_step_fused(x[:, i], dt[:, i], A, B[:, i], C[:, i], D, state=state)
+        ys.append(y_t)
+    y0, _ = fused.ssd_step_fused(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D, state=None)
+    ref_y0, _ = reference.ssd(*map(to_numpy, (x[:, :1], dt[:, :1], A, B[:, :1], C[:, :1], D)))
+    return [
+        compare("ssd_step_fused.y", ref_y, torch.stack(ys, 1), "fp32"),
+        compare("ssd_step_fused.final_state", ref_state, state, "fp32"),
+        compare("ssd_step_fused.y from no state", ref_y0[:, 0], y0, "fp32"),
+        _unchanged("ssd_step_fused", h0_before, h0),
+    ]
+
+
+def _scan_inputs(seed: int, b: int, t: int, d: int, n: int):
+    gen = torch.Generator().manual_seed(seed)
+    u, z = _randn(gen, b, t, d), _randn(gen, b, t, d)
+    B, C = _randn(gen, b, t, n), _randn(gen, b, t, n)
+    delta = _randn(gen, b, t, d) - 1.0  # softplus makes it positive
+    A = -_rand(gen, d, n, low=0.5, high=2.0)
+    D, delta_bias, h0 = _randn(gen, d), 0.5 * _randn(gen, d), _randn(gen, b, d, n)
+    return u, delta, A, B, C, D, z, delta_bias, h0
+
+
+def _check_selective_scan_step(shape: tuple) -> list[Comparison]:
+    u, delta, A, B, C, D, z, bias, h0 = _scan_inputs(2, *shape)
+    ref_y, ref_state = reference.selective_scan(
+        *map(to_numpy, (u, delta, A, B, C, D, z, bias)), delta_softplus=True, initial_state=h0
+    )
+    state, ys, h0_before = h0, [], h0.clone()
+    for i in range(u.shape[1]):
+        y_t, state = fused.selective_scan_step_fused(
+            u[:, i], delta[:, i], A, B[:, i], C[:, i], D, z[:, i], bias, True, state=state
+        )
+        ys.append(y_t)
+    return [
+        compare("selective_scan_step_fused.y", ref_y, torch.stack(ys, 1), "fp32"),
+        compare("selective_scan_step_fused.final_state", ref_state, state, "fp32"),
+        _unchanged("selective_scan_step_fused", h0_before, h0),
+    ]
+
+
+def _check_selective_scan_layouts(shape: tuple, with_state: bool) -> list[Comparison]:
+    """selective_scan_fused's layout conversions and initial-state superposition, through
+    mamba_ssm's own PyTorch reference ``selective_scan_ref`` in place of its CUDA kernel
+    (same contract)."""
+    triton_cpu.stub_selective_scan_cuda()
+    kernel = fused._mamba_ssm("ops.selective_scan_interface").selective_scan_ref
+    u, delta, A, B, C, D, z, bias, h0 = _scan_inputs(3, *shape)
+    h0 = h0 if with_state else None
+    ref_y, ref_state = reference.selective_scan(
+        *map(to_numpy, (u, delta, A, B, C, D, z, bias)), delta_softplus=True, initial_state=h0
+    )
+    y, state = fused.selective_scan_via(kernel, u, delta, A, B, C, D, z, bias, True, h0)
+    return [
+        compare("selective_scan_via(selective_scan_ref).y", ref_y, y, "fp32"),
+        compare("selective_scan_via(selective_scan_ref).final_state", ref_state, state, "fp32"),
+    ]
+
+
+def _delta_inputs(seed: int, b: int, t: int, h: int, dk: int, dv: int, gated: bool, dtype):
+    gen = torch.Generator().manual_seed(seed)
+    q = F.normalize(_randn(gen, b, t, h, dk), dim=-1)
+    k = F.normalize(_randn(gen, b, t, h, dk), dim=-1)
+    v, beta = _randn(gen, b, t, h, dv), _rand(gen, b, t, h, low=0.05, high=1.0)
+    g = F.logsigmoid(_randn(gen, b, t, h) + 3.0) if gated else None  # log-decay < 0
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    return q, k, v, beta, g, _randn(gen, b, h, dk, dv)
+
+
+def _check_delta_rule(shape: tuple, gated: bool, chunk_size: int, dtype: str) -> list[Comparison]:
+    torch_dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype]
+    q, k, v, beta, g, h0 = _delta_inputs(4, *shape, gated, torch_dtype)
+    # the reference sees the rounded inputs: only the kernel's arithmetic is judged
+    ref_o, ref_state = reference.delta_rule(
+        *map(to_numpy, (q, k, v, beta)), None if g is None else to_numpy(g), initial_state=h0
+    )
+    o, state = fused.delta_rule_fused(q, k, v, beta, g, chunk_size=chunk_size, initial_state=h0)
+    name = f"delta_rule_fused[{fused.delta_rule_impl(q.dtype, gated)}]"
+    return [
+        compare(f"{name}.o", ref_o, o, dtype),
+        compare(f"{name}.final_state", ref_state, state, dtype),
+    ]
+
+
+def _check_delta_rule_step(shape: tuple, gated: bool) -> list[Comparison]:
+    q, k, v, beta, g, h0 = _delta_inputs(5, *shape, gated, torch.float32)
+    ref_o, ref_state = reference.delta_rule(
+        *map(to_numpy, (q, k, v, beta)), None if g is None else to_numpy(g), initial_state=h0
+    )
+    state, os_, h0_before = h0, [], h0.clone()
+    for i in range(q.shape[1]):
+        g_t = None if g is None else g[:, i]
+        o_t, state = fused.delta_rule_step_fused(
+            q[:, i], k[:, i], v[:, i], beta[:, i], g_t, state=state
+        )
+        os_.append(o_t)
+    return [
+        compare("delta_rule_step_fused.o", ref_o, torch.stack(os_, 1), "fp32"),
+        compare("delta_rule_step_fused.final_state", ref_state, state, "fp32"),
+        _unchanged("delta_rule_step_fused", h0_before, h0),
+    ]
+
+
+# --- kernels under the interpreter ---------------------------------------------------------
+
+# (b, t, h, p, g, n): t = 37 and 70 are not multiples of 16, 24 or 64; p = 12 and 17 and
+# n = 5 are not powers of two; the first shape has two heads per group
+SSD_CASES = [
+    pytest.param((2, 37, 4, 12, 2, 5), 16, False, id="b2-t37-h4-p12-g2-n5-c16"),
+    pytest.param((2, 37, 4, 12, 2, 5), 24, False, id="b2-t37-h4-p12-g2-n5-c24"),
+    pytest.param((1, 70, 3, 17, 1, 16), 64, False, id="b1-t70-h3-p17-g1-n16-c64"),
+    pytest.param((1, 20, 2, 8, 1, 4), 16, True, id="b1-t20-h2-p8-g1-n4-c16-noD-nostate"),
+]
+
+
+@needs_mamba_ssm
+@pytest.mark.parametrize("shape, chunk_size, bare", SSD_CASES)
+def test_ssd_fused_matches_reference(interpreter, shape, chunk_size, bare):
+    _run(interpreter, _check_ssd, shape, chunk_size, bare)
+
+
+@needs_mamba_ssm
+def test_ssd_step_fused_matches_reference(interpreter):
+    _run(interpreter, _check_ssd_step, (2, 6, 4, 12, 2, 5))  # (b, t, h, p, g, n)
+
+
+@needs_mamba_ssm
+def test_selective_scan_step_fused_matches_reference(interpreter):
+    _run(interpreter, _check_selective_scan_step, (2, 5, 7, 5))  # (b, t, d, n)
+
+
+@needs_mamba_ssm
+@pytest.mark.parametrize("with_state", [False, True], ids=["zero-state", "initial-state"])
+def test_selective_scan_layouts_match_reference(interpreter, with_state):
+    _run(interpreter, _check_selective_scan_layouts, (2, 19, 7, 5), with_state)
+
+
+# (b, t, h, k, v): t = 45 is no multiple of 16 or 64; k = 20 and v = 24 are not powers of 2
+DELTA_SHAPE = (2, 45, 3, 20, 24)
+
+
+@needs_fla
+@pytest.mark.parametrize(
+    "gated, chunk_size, dtype",
+    [
+        (True, 64, "fp32"),
+        (True, 16, "fp32"),
+        (False, 64, "fp32"),  # the gated kernel with g = 0
+        # chunk_delta_rule (half precision only); the interpreter has no bf16 arithmetic
+        (False, 64, "fp16"),
+    ],
+    ids=["gated-c64", "gated-c16", "plain-fp32", "plain-fp16"],
+)
+def test_delta_rule_fused_matches_reference(interpreter, gated, chunk_size, dtype):
+    _run(interpreter, _check_delta_rule, DELTA_SHAPE, gated, chunk_size, dtype)
+
+
+@needs_fla
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "plain"])
+def test_delta_rule_step_fused_matches_reference(interpreter, gated):
+    _run(interpreter, _check_delta_rule_step, (2, 5, 3, 20, 24), gated)
+
+
+# --- the contract, and the unavailable paths on a plain CPU ---------------------------------
+
+TORCH_FORMS = [
+    (fused.attention_fused, attention.attention_torch),
+    (fused.selective_scan_fused, mamba.selective_scan_torch),
+    (fused.selective_scan_step_fused, mamba.selective_scan_step),
+    (fused.ssd_fused, mamba2.ssd_chunked),
+    (fused.ssd_step_fused, mamba2.ssd_step),
+    (fused.mamba3_fused, mamba3.mamba3_torch),
+    (fused.mamba3_step_fused, mamba3.mamba3_step),
+    (fused.delta_rule_fused, deltanet.delta_rule_torch),
+    (fused.delta_rule_step_fused, deltanet.delta_rule_step),
+]
+
+
+@pytest.mark.parametrize("wrapper, torch_form", TORCH_FORMS, ids=lambda f: f.__name__)
+def test_wrappers_take_the_torch_backends_arguments(wrapper, torch_form):
+    def parameters(fn):
+        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert parameters(wrapper) == parameters(torch_form)
+
+
+def _cpu_calls():
+    """Each wrapper called on small CPU tensors: (name, call)."""
+    b, t, h, p, g, n, d = 1, 3, 2, 4, 1, 4, 3
+    x, dt = torch.randn(b, t, h, p), torch.rand(b, t, h)
+    A, B, C = -torch.rand(h), torch.randn(b, t, g, n), torch.randn(b, t, g, n)
+    theta, lam = torch.rand(b, t, h, n // 2), torch.rand(b, t, h)
+    u, A1, B1 = torch.randn(b, t, d), -torch.rand(d, n), torch.randn(b, t, n)
+    q = torch.randn(b, t, h, p)
+    return {
+        "attention_fused": lambda: fused.attention_fused(q, q, q),
+        "selective_scan_fused": lambda: fused.selective_scan_fused(u, u, A1, B1, B1),
+        "selective_scan_step_fused": lambda: fused.selective_scan_step_fused(
+            u[:, 0], u[:, 0], A1, B1[:, 0], B1[:, 0]
+        ),
+        "ssd_fused": lambda: fused.ssd_fused(x, dt, A, B, C),
+        "ssd_step_fused": lambda: fused.ssd_step_fused(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0]),
+        "mamba3_fused": lambda: fused.mamba3_fused(x, dt, A, B, C, theta, lam),
+        "mamba3_step_fused": lambda: fused.mamba3_step_fused(
+            x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], theta[:, 0], lam[:, 0]
+        ),
+        "delta_rule_fused": lambda: fused.delta_rule_fused(q, q, q, dt),
+        "delta_rule_step_fused": lambda: fused.delta_rule_step_fused(
+            q[:, 0], q[:, 0], q[:, 0], dt[:, 0]
+        ),
+    }
+
+
+TRITON_WRAPPERS = [
+    "selective_scan_step_fused",
+    "ssd_fused",
+    "ssd_step_fused",
+    "delta_rule_fused",
+    "delta_rule_step_fused",
+]
+MAMBA3_NEEDS_CUDA = (
+    "mamba_ssm's Mamba-3 kernels need a CUDA device (PTX inline assembly and TMA descriptors: "
+    "the Triton interpreter cannot run them)"
+)
+CUDA_ONLY = {
+    "attention_fused": "FlashAttention-2 needs a CUDA device",
+    "mamba3_fused": MAMBA3_NEEDS_CUDA,
+    "mamba3_step_fused": MAMBA3_NEEDS_CUDA,
+}
+
+
+@pytest.fixture
+def plain_cpu(monkeypatch):
+    """No interpreter, every package present (so only the device decides)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(fused, "_installed", lambda package: True)
+
+
+@pytest.mark.parametrize("name", TRITON_WRAPPERS)
+def test_triton_wrappers_need_cuda_or_the_interpreter(plain_cpu, name):
+    with pytest.raises(BackendUnavailable) as info:
+        _cpu_calls()[name]()
+    assert str(info.value) == fused.NEEDS_CUDA
+    assert str(info.value) == (
+        "fused kernels need a CUDA device (set TRITON_INTERPRET=1 to run Triton kernels on "
+        "CPU tensors)"
+    )
+
+
+@pytest.mark.parametrize("interpret", ["0", "1"])
+@pytest.mark.parametrize("name", sorted(CUDA_ONLY))
+def test_cuda_only_wrappers_need_cuda_even_when_interpreting(monkeypatch, name, interpret):
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    with pytest.raises(BackendUnavailable) as info:
+        _cpu_calls()[name]()
+    assert str(info.value) == CUDA_ONLY[name]
+
+
+def test_selective_scan_fused_needs_its_cuda_extension(monkeypatch):
+    monkeypatch.setattr(fused, "_installed", lambda package: package != "selective_scan_cuda")
+    with pytest.raises(BackendUnavailable, match="^selective_scan_cuda not built"):
+        _cpu_calls()["selective_scan_fused"]()
+    monkeypatch.setattr(fused, "_installed", lambda package: True)
+    with pytest.raises(BackendUnavailable) as info:
+        _cpu_calls()["selective_scan_fused"]()
+    assert str(info.value) == "mamba_ssm's selective_scan_fn (a CUDA extension) needs a CUDA device"
+
+
+@pytest.mark.parametrize(
+    "name, package, distribution",
+    [
+        ("ssd_fused", "mamba_ssm", "mamba-ssm"),
+        ("ssd_step_fused", "mamba_ssm", "mamba-ssm"),
+        ("selective_scan_step_fused", "mamba_ssm", "mamba-ssm"),
+        ("selective_scan_fused", "mamba_ssm", "mamba-ssm"),
+        ("delta_rule_fused", "fla", "fla-core"),
+        ("delta_rule_step_fused", "fla", "fla-core"),
+    ],
+)
+def test_a_missing_package_says_how_to_install_it(monkeypatch, name, package, distribution):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # past the device check, nothing runs
+    monkeypatch.setattr(fused, "_installed", lambda p: p != package)
+    with pytest.raises(BackendUnavailable) as info:
+        _cpu_calls()[name]()
+    assert str(info.value) == f"{package} is not installed (`make fused` installs {distribution})"
+
+
+@pytest.mark.parametrize("name", TRITON_WRAPPERS)
+def test_float64_is_unavailable(monkeypatch, name):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.set_default_dtype(torch.float64)
+    try:
+        calls = _cpu_calls()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    with pytest.raises(BackendUnavailable) as info:
+        calls[name]()
+    assert str(info.value) == fused.NO_FLOAT64
+
+
+def test_mamba3_takes_bf16_and_power_of_two_sizes():
+    b, t, h, g = 1, 3, 2, 1
+
+    def call(p, n, r, dtype, device):
+        x = torch.empty(b, t, h, p, dtype=dtype, device=device)
+        B = torch.empty(b, t, g, n, dtype=dtype, device=device)
+        theta = torch.empty(b, t, h, r, dtype=dtype, device=device)
+        fused._mamba3_check(x, B, theta)
+
+    with pytest.raises(BackendUnavailable, match="need a CUDA device"):
+        call(16, 16, 4, torch.bfloat16, "meta")  # not CUDA: the device reason comes first
+    if not CUDA:
+        return
+    with pytest.raises(BackendUnavailable, match="bf16 only"):
+        call(16, 16, 4, torch.float32, "cuda")
+    with pytest.raises(BackendUnavailable, match="power-of-two"):
+        call(12, 16, 4, torch.bfloat16, "cuda")
+    with pytest.raises(BackendUnavailable, match="even number of angles"):
+        call(16, 16, 3, torch.bfloat16, "cuda")
+    call(16, 16, 4, torch.bfloat16, "cuda")
+
+
+def test_fused_availability_covers_every_family():
+    assert set(fused.FUSED_AVAILABILITY) == set(FAMILIES)
+
+
+@pytest.mark.parametrize(
+    "family, device, interpret, expected",
+    [
+        ("s4d", "cuda", "0", fused.S4D_REASON),
+        ("s4d", "cpu", "1", fused.S4D_REASON),
+        ("attention", "cpu", "1", fused.FLASH_NEEDS_CUDA),
+        ("hybrid", "cpu", "1", fused.FLASH_NEEDS_CUDA),
+        ("mamba3", "cpu", "1", fused.MAMBA3_NEEDS_CUDA),
+        ("mamba", "cpu", "1", fused.SELECTIVE_SCAN_NEEDS_CUDA),
+        ("mamba2", "cpu", "0", fused.NEEDS_CUDA),
+        ("deltanet", "cpu", "0", fused.NEEDS_CUDA),
+        ("mamba2", "cpu", "1", ""),
+        ("deltanet", "cpu", "1", ""),
+        ("attention", "cuda", "0", ""),
+        ("hybrid", "cuda:0", "0", ""),
+        ("mamba", "cuda", "0", ""),
+        ("mamba2", "cuda", "0", ""),
+        ("mamba3", "cuda", "0", ""),
+        ("deltanet", "cuda", "0", ""),
+    ],
+)
+def test_unavailable_reason_by_device(plain_cpu, monkeypatch, family, device, interpret, expected):
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    assert fused.unavailable_reason(family, device) == expected
+    assert fused.FUSED_AVAILABILITY[family](device) == expected
+
+
+@pytest.mark.parametrize(
+    "family, missing, expected",
+    [
+        ("mamba", "selective_scan_cuda", fused.SELECTIVE_SCAN_CUDA_MISSING),
+        ("mamba", "mamba_ssm", "mamba_ssm is not installed (`make fused` installs mamba-ssm)"),
+        ("mamba2", "mamba_ssm", "mamba_ssm is not installed (`make fused` installs mamba-ssm)"),
+        ("hybrid", "triton", "triton is not installed (`make fused` installs triton)"),
+        ("mamba3", "mamba_ssm", "mamba_ssm is not installed (`make fused` installs mamba-ssm)"),
+        ("deltanet", "fla", "fla is not installed (`make fused` installs fla-core)"),
+        ("attention", "flash_attn", ""),  # SDPA's flash kernel stands in
+    ],
+)
+def test_unavailable_reason_by_package(monkeypatch, family, missing, expected):
+    monkeypatch.setattr(fused, "_installed", lambda package: package != missing)
+    assert fused.unavailable_reason(family, "cuda") == expected
+
+
+@pytest.mark.parametrize(
+    "family, dtype, expected",
+    [
+        ("attention", "fp32", "FlashAttention-2 takes fp16 and bf16 only, not fp32"),
+        ("hybrid", "fp32", "FlashAttention-2 takes fp16 and bf16 only, not fp32"),
+        ("attention", "bf16", ""),
+        ("mamba3", "fp16", f"{fused.MAMBA3_DTYPES}, not fp16"),
+        ("mamba3", "bf16", ""),
+        ("mamba2", "fp64", fused.NO_FLOAT64),
+        ("mamba2", "fp32", ""),
+        ("deltanet", "fp32", ""),
+        ("mamba", "fp16", ""),
+    ],
+)
+def test_unavailable_reason_by_dtype(monkeypatch, family, dtype, expected):
+    monkeypatch.setattr(fused, "_installed", lambda package: True)
+    assert fused.unavailable_reason(family, "cuda", dtype) == expected
+
+
+def test_unavailable_reason_rejects_unknown_families():
+    with pytest.raises(ValueError, match="unknown family 'mamba4'"):
+        fused.unavailable_reason("mamba4", "cuda")
+
+
+def test_implementation_names(monkeypatch):
+    monkeypatch.setattr(fused, "_installed", lambda package: package != "flash_attn")
+    assert fused.attention_impl() == "sdpa-flash"
+    assert fused.delta_rule_impl(torch.float32, gated=False) == "fla.chunk_gated_delta_rule"
+    assert fused.delta_rule_impl(torch.bfloat16, gated=False) == "fla.chunk_delta_rule"
+    assert fused.delta_rule_impl(torch.bfloat16, gated=True) == "fla.chunk_gated_delta_rule"
+
+
+# --- GPU only ------------------------------------------------------------------------------
+
+GPU_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _gpu_tolerance(dtype: str) -> str:
+    """fp32 on a GPU: Triton's float32 tl.dot runs TF32 (fp16's unit roundoff)."""
+    return "fp16" if dtype == "fp32" else dtype
+
+
+def _on_gpu(dtype: str, *tensors):
+    return [None if x is None else x.to("cuda", GPU_DTYPES[dtype]) for x in tensors]
+
+
+def _rounded(*tensors):
+    """float64 NumPy copies of the inputs as the kernel sees them."""
+    return [None if x is None else to_numpy(x) for x in tensors]
+
+
+@needs_cuda
+@needs_mamba_ssm
+@pytest.mark.parametrize("dtype", sorted(GPU_DTYPES))
+def test_gpu_ssd(dtype):
+    x, dt, A, B, C, D, h0 = _ssd_inputs(6, 2, 300, 8, 64, 2, 64)
+    x, B, C = _on_gpu(dtype, x, B, C)
+    dt, A, D, h0 = (v.cuda() for v in (dt, A, D, h0))
+    ref_y, ref_state = reference.ssd(*_rounded(x, dt, A, B, C, D), initial_state=to_numpy(h0))
+    y, state = fused.ssd_fused(x, dt, A, B, C, D, chunk_size=64, initial_state=h0)
+    _assert_all(
+        [
+            compare("ssd_fused.y", ref_y, y, _gpu_tolerance(dtype)),
+            compare("ssd_fused.final_state", ref_state, state, _gpu_tolerance(dtype)),
+        ]
+    )
+
+
+@needs_cuda
+@needs_fla
+@pytest.mark.parametrize("dtype", sorted(GPU_DTYPES))
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "plain"])
+def test_gpu_delta_rule(dtype, gated):
+    q, k, v, beta, g, h0 = _delta_inputs(7, 2, 300, 4, 64, 64, gated, torch.float32)
+    q, k, v, beta = _on_gpu(dtype, q, k, v, beta)
+    g, h0 = (None if x is None else x.cuda() for x in (g, h0))
+    ref_o, ref_state = reference.delta_rule(*_rounded(q, k, v, beta, g), initial_state=to_numpy(h0))
+    o, state = fused.delta_rule_fused(q, k, v, beta, g, initial_state=h0)
+    _assert_all(
+        [
+            compare("delta_rule_fused.o", ref_o, o, _gpu_tolerance(dtype)),
+            compare("delta_rule_fused.final_state", ref_state, state, _gpu_tolerance(dtype)),
+        ]
+    )
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_gpu_attention(dtype):
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (_randn(gen, 2, 200, 4, 64) for _ in range(3))
+    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    q, k, v = (x.to("cuda", torch_dtype) for x in (q, k, v))
+    ref = reference.attention(*_rounded(q, k, v), causal=True)
+    y = fused.attention_fused(q, k, v)
+    _assert_all([compare(f"attention_fused[{fused.attention_impl()}]", ref, y, dtype)])
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("selective_scan_cuda") is None,
+    reason="selective_scan_cuda not built (`make fused` on a machine with nvcc)",
+)
+@needs_mamba_ssm
+@needs_cuda
+@pytest.mark.parametrize("with_state", [False, True], ids=["zero-state", "initial-state"])
+def test_gpu_selective_scan(with_state):
+    u, delta, A, B, C, D, z, bias, h0 = (v.cuda() for v in _scan_inputs(9, 2, 300, 64, 16))
+    h0 = h0 if with_state else None
+    ref_y, ref_state = reference.selective_scan(
+        *_rounded(u, delta, A, B, C, D, z, bias),
+        delta_softplus=True,
+        initial_state=None if h0 is None else to_numpy(h0),
+    )
+    y, state = fused.selective_scan_fused(u, delta, A, B, C, D, z, bias, True, h0)
+    _assert_all(
+        [
+            compare("selective_scan_fused.y", ref_y, y, "fp32"),
+            compare("selective_scan_fused.final_state", ref_state, state, "fp32"),
+        ]
+    )
+
+
+def _mamba3_inputs(seed: int, b: int, t: int, h: int, p: int, g: int, n: int, r: int):
+    x, dt, A, B, C, D, h0 = _ssd_inputs(seed, b, t, h, p, g, n)
+    gen = torch.Generator().manual_seed(seed + 1)
+    theta = _rand(gen, b, t, h, r, low=-2.0, high=2.0)  # |theta| < pi (see mamba3_fused)
+    lam = _rand(gen, b, t, h)
+    return x, dt, A, B, C, theta, lam, D, h0
+
+
+@needs_cuda
+@needs_mamba_ssm
+def test_gpu_mamba3():
+    """bf16 only (the kernel casts x, B, C, theta and lam to bf16); the phase is compared
+    through its cosine and sine, since mamba_ssm reduces it mod 2 pi."""
+    x, dt, A, B, C, theta, lam, D, h0 = _mamba3_inputs(10, 2, 200, 4, 64, 1, 64, 16)
+    x, B, C = _on_gpu("bf16", x, B, C)
+    theta, lam = (v.to(torch.bfloat16).float().cuda() for v in (theta, lam))
+    dt, A, D, h0 = (v.cuda() for v in (dt, A, D, h0))
+    ref_y, ref_state = reference.mamba3(
+        *_rounded(x, dt, A, B, C, theta, lam, D), initial_state=to_numpy(h0)
+    )
+    y, state = fused.mamba3_fused(x, dt, A, B, C, theta, lam, D, initial_state=h0)
+    checks = [
+        compare("mamba3_fused.y", ref_y, y, "bf16"),
+        compare("mamba3_fused.ssm", ref_state.ssm, state.ssm, "bf16"),
+        compare("mamba3_fused.B_prev", ref_state.B_prev, state.B_prev, "bf16"),
+        compare("mamba3_fused.x_prev", ref_state.x_prev, state.x_prev, "bf16"),
+    ]
+    for name, fn in (("cos", np.cos), ("sin", np.sin)):
+        phase = to_numpy(state.phase)
+        checks.append(
+            compare(f"mamba3_fused.{name}(phase)", fn(ref_state.phase), fn(phase), "bf16")
+        )
+    y_t, _ = fused.mamba3_step_fused(
+        x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], theta[:, 0], lam[:, 0], D, state=h0
+    )
+    checks.append(compare("mamba3_step_fused.y", ref_y[:, 0], y_t, "bf16"))
+    _assert_all(checks)
+
+
+@needs_cuda
+@needs_mamba_ssm
+@needs_fla
+def test_gpu_decode_steps_replay_in_cuda_graphs():
+    """Each Triton decode step, captured once in a CUDA graph and replayed, gives what it
+    gives eagerly (the kernels are built by a warm-up call before the capture)."""
+    x, dt, A, B, C, D, h0 = (v.cuda() for v in _ssd_inputs(11, 2, 1, 4, 64, 1, 64))
+    q, k, v, beta, g, s0 = (
+        None if t is None else t.cuda()
+        for t in _delta_inputs(12, 2, 1, 4, 64, 64, True, torch.float32)
+    )
+    steps = {
+        "ssd_step_fused": lambda: fused.ssd_step_fused(
+            x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D, state=h0
+        ),
+        "delta_rule_step_fused": lambda: fused.delta_rule_step_fused(
+            q[:, 0], k[:, 0], v[:, 0], beta[:, 0], g[:, 0], state=s0
+        ),
+    }
+    checks = []
+    for name, step in steps.items():
+        eager = step()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()  # warm-up: build the kernels outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = step()
+        graph.replay()
+        torch.cuda.synchronize()
+        for part, a, b in zip(("y", "state"), eager, captured, strict=True):
+            checks.append(compare(f"{name}.{part} (graph)", a, b, "fp32"))
+    _assert_all(checks)
