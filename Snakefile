@@ -15,6 +15,7 @@ include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/import.smk"
 
 
 rule all:

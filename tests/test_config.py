@@ -27,14 +27,17 @@ def test_default_config_plans_cpu_without_gpu():
     assert plan.preset == "cpu" and plan.run == "cpu" and plan.device == "cpu"
     assert {c.seq_len for c in plan.cells} == {256, 512, 1024, 2048, 4096}
     families = ("attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid")
-    assert set(plan.pairs) == {(m, b) for m in families for b in ("naive", "torch")}
+    backends = ("naive", "torch", "fused", "torch-graph", "fused-graph")
+    assert set(plan.pairs) == {(m, b) for m in families for b in backends}
     by_phase = {
         ph: {c for c in plan.cells if c.phase == ph} for ph in ("prefill", "decode", "train")
     }
     assert len(by_phase["prefill"]) == 7 * 2 * 5
     assert {c.seq_len for c in by_phase["decode"]} == {256, 1024, 4096}
     assert {c.seq_len for c in by_phase["train"]} == {256, 1024}
-    assert len(plan.cells) == 7 * 2 * (5 + 3 + 2)
+    gpu_only = {c for c in plan.cells if c.backend in ("fused", "torch-graph", "fused-graph")}
+    assert len(gpu_only) == 7 * (3 + 2) and {c.seq_len for c in gpu_only} == {1024}
+    assert len(plan.cells) == 7 * 2 * (5 + 3 + 2) + len(gpu_only)
     # the profiled cells are torch prefills, also timed by the first sweep
     assert plan.profiled and plan.profiled <= by_phase["prefill"]
     assert {c.backend for c in plan.profiled} == {"torch"}

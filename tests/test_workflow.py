@@ -185,3 +185,16 @@ def test_one_figure_runs_only_its_cells(tmp_path):
     counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
     assert counts["bench"] == "4" and counts["verify"] == "2"  # mamba x {naive, torch} x 2 T
     assert "aggregate" not in counts
+
+
+def test_ssm_scope_data_draws_through_our_notebooks(tmp_path):
+    """--config import_ssm_scope=<clone>: their CSVs become runs, drawn by our figures."""
+    clone = Path(os.environ.get("SSM_SCOPE_DIR", "/work/shared/anchors/ssm-scope"))
+    if not clone.is_dir():
+        pytest.skip(f"no SSM-Scope clone at {clone} (set SSM_SCOPE_DIR)")
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    target = "figures/ssm-scope-rtx4090/ttft_tpot_crossover.pdf"
+    check(snakemake(wf, target, "--config", f"import_ssm_scope={clone}"))
+    assert (wf / target).stat().st_size > 1000 and (wf / f"{target}.prov.json").is_file()
+    cells = pd.read_csv(wf / "results/imported/ssm-scope-rtx4090/tables/cells.csv")
+    assert {"prefill", "decode"} <= set(cells.phase) and not (wf / "results" / "ci").exists()

@@ -140,6 +140,7 @@ class Plan:
     pairs: tuple[tuple[str, str], ...] = field(default=())
     profiled: frozenset[Cell] = field(default=frozenset())
     calibrate_quick: bool = False
+    import_ssm_scope: str | None = None
 
     def figure_cells(self, figure: str) -> list[Cell]:
         """The cells a figure draws: for a figure of the ops table, the profiled ones."""
@@ -261,6 +262,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         cpu_mem_limit_gb=preset.get("cpu_mem_limit_gb"),
         profiled=profiled,
         calibrate_quick=preset.get("calibrate_quick", False),
+        import_ssm_scope=config.get("import_ssm_scope"),
         precollected_dir=config.get("precollected_dir", "results/precollected"),
         pairs=tuple(sorted({(c.model, c.backend) for c in cells})),
     )

@@ -18,6 +18,7 @@ TABLE = "results/{run}/tables/{table}"
 FIGURE_TABLE = "results/{run}/tables/figures/{figure}.csv"
 FIGURE = "figures/{run}/{figure}.{ext}"
 PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
+IMPORTED_TABLE = "results/imported/{run}/tables/{table}"
 
 # The tables `aggregate` writes, in DESIGN.md's names.
 TABLES = ("cells.csv", "cells.parquet", "samples.parquet", "verify.csv", "ops.csv", "claims.csv")
@@ -78,6 +79,11 @@ def figure_table(run: str, figure: str) -> str:
 
 def figure(run: str, name: str, ext: str = "pdf") -> str:
     return FIGURE.format(run=run, figure=name, ext=ext)
+
+
+def imported_table(run: str, name: str) -> str:
+    """A table another study's data was imported into (ssmbench.importers)."""
+    return IMPORTED_TABLE.format(run=run, table=name)
 
 
 def precollected_table(run: str, name: str, precollected: str = PRECOLLECTED) -> str:

@@ -17,6 +17,17 @@ except ConfigError as error:
     sys.exit(f"ssm-bench: {error}")
 
 RUN = PLAN.run
+# Runs made from another study's published data (--config import_ssm_scope=<clone>), and
+# the figures their data can draw.
+IMPORTED_RUNS = (
+    ["ssm-scope-rtx4090", "ssm-scope-jetson"] if PLAN.import_ssm_scope else []
+)
+IMPORTED_FIGURES = [
+    "memory_footprint",
+    "throughput",
+    "ttft_tpot_crossover",
+    "op_breakdown",
+]
 LIVE = PLAN.source == "live"
 CUDA = PLAN.device == "cuda"
 # A CPU measurement owns every core, so nothing runs beside it; a GPU cell owns its card.
@@ -123,6 +134,10 @@ def figure_cells(wildcards):
 
 
 def figure_table(wildcards):
+    if wildcards.run in IMPORTED_RUNS:
+        return paths.imported_table(
+            wildcards.run, f"{figure_spec(wildcards).table}.csv"
+        )
     if LIVE:
         live_run(wildcards.run)
         return paths.figure_table(wildcards.run, wildcards.figure)
@@ -158,5 +173,8 @@ def all_targets():
         targets += [paths.table(RUN, name) for name in paths.TABLES]
     for run in runs:
         for fig in PLAN.figures:
+            targets += [paths.figure(run, fig, ext) for ext in paths.FIGURE_EXTS]
+    for run in IMPORTED_RUNS:
+        for fig in IMPORTED_FIGURES:
             targets += [paths.figure(run, fig, ext) for ext in paths.FIGURE_EXTS]
     return with_prov(targets)
