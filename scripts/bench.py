@@ -5,8 +5,7 @@ import sys
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
-from ssmbench.cell import CellSpec, cap_address_space, run_cell
-from ssmbench.config import Cell, Size, Timing
+from ssmbench.cell import cap_address_space, run_cell, spec_from_params
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import write_record
 from ssmbench.scripting import logged
@@ -14,14 +13,7 @@ from ssmbench.scripting import logged
 with logged(snakemake):
     started = now()
     p = snakemake.params
-    spec = CellSpec(
-        run=p.run,
-        cell=Cell(**p.cell),
-        device=p.device,
-        size=Size(**p.size),
-        timing=Timing(**p.timing),
-        seed=p.seed,
-    )
+    spec = spec_from_params(p)
     with open(snakemake.input.verify) as f:
         verify = json.load(f)
     with open(snakemake.input.device) as f:

@@ -5,8 +5,7 @@ import os
 import _src  # noqa: F401  (puts ../src on sys.path)
 import pandas as pd
 
-from ssmbench.cell import CellSpec, profile_cell
-from ssmbench.config import Cell, Size, Timing
+from ssmbench.cell import profile_cell, spec_from_params
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
 from ssmbench.tables import OPS_COLUMNS
@@ -14,14 +13,7 @@ from ssmbench.tables import OPS_COLUMNS
 with logged(snakemake):
     started = now()
     p = snakemake.params
-    spec = CellSpec(
-        run=p.run,
-        cell=Cell(**p.cell),
-        device=p.device,
-        size=Size(**p.size),
-        timing=Timing(**p.timing),
-        seed=p.seed,
-    )
+    spec = spec_from_params(p)
     rows = profile_cell(spec, trace_path=snakemake.output.trace, threads=snakemake.threads)
     table = pd.DataFrame(rows)[OPS_COLUMNS]
     for row in rows:

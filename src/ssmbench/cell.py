@@ -30,6 +30,19 @@ class CellSpec:
     seed: int = 0
 
 
+def spec_from_params(p) -> CellSpec:
+    """The :class:`CellSpec` of a bench or profile job, from its rule's params (run, cell,
+    device, size, timing and seed, as plain values)."""
+    return CellSpec(
+        run=p.run,
+        cell=Cell(**p.cell),
+        device=p.device,
+        size=Size(**p.size),
+        timing=Timing(**p.timing),
+        seed=p.seed,
+    )
+
+
 def device_unavailable(device: str) -> str:
     """Why ``device`` cannot be used here, or ``""`` when it can."""
     if device == "cpu":
