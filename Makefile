@@ -62,6 +62,7 @@ artifact:
 WHEELS ?= .whl
 DEVICE_PY ?= 3.12
 MAMBA_PIN ?= mamba-ssm==2.3.2.post1
+SDIST_ONLY := connection-pool  # pure Python, published without a wheel: built here
 FUSED_PINS ?= fla-core==0.6.0
 DEVICE_HAS := torch triton numpy pandas pyarrow matplotlib pyyaml pillow contourpy \
 	fonttools kiwisolver cycler pyparsing python_dateutil six packaging jinja2 markupsafe \
@@ -70,7 +71,8 @@ WHEEL_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_17_x86_64 manyl
 wheels: venv  ## wheels for scripts/gpu_check.sh, into ./.whl (needs internet)
 	mkdir -p $(WHEELS)
 	grep -vE '^(torch|triton|numpy)==' requirements.lock > $(WHEELS)/constraints.txt
-	$(BIN)/pip download -q -d $(WHEELS) -c $(WHEELS)/constraints.txt --only-binary=:all: \
+	$(BIN)/pip wheel -q -w $(WHEELS) --no-deps -c $(WHEELS)/constraints.txt $(SDIST_ONLY)
+	$(BIN)/pip download -q -d $(WHEELS) --find-links $(WHEELS) -c $(WHEELS)/constraints.txt --only-binary=:all: \
 		--python-version $(DEVICE_PY) --implementation cp $(WHEEL_PLATFORMS) \
 		snakemake papermill pandera jsonschema ipykernel nbformat
 	$(BIN)/pip download -q -d $(WHEELS) --no-deps --only-binary=:all: \
