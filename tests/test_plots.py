@@ -374,7 +374,7 @@ def test_tables_without_the_new_columns_still_draw(name):
 
 
 def test_every_figure_has_a_parameterized_notebook():
-    for name in ["latency_scaling", *NEW_FIGURES, "decode_graph_speedup"]:
+    for name in ["latency_scaling", *NEW_FIGURES, "decode_graph_speedup", "go_no_go"]:
         notebook = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
         tagged = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
         assert len(tagged) == 1, name
@@ -454,4 +454,24 @@ def test_decode_graph_speedup_draws_ratios_target_and_unavailable_graphs(tmp_pat
     assert "no ok fused-graph decode cells" in texts(fig)
     assert {f"{m}: unavailable" for m in FAMILIES} <= marker_labels(fused_ax)
     plots.save(fig, tmp_path / "g.pdf")
+    plt.close(fig)
+
+
+def test_go_no_go_compares_the_strongest_backends_both_sides_reached():
+    cells = synthetic_cells()  # attention, mamba, s4d with naive and torch
+    fused = cells[(cells.backend == "torch") & (cells.model == "attention")]
+    cells = pd.concat([cells, fused.assign(backend="fused", time_ms_median=0.001)])
+    table = plots.go_no_go_table(cells)
+    # attention has a fused cell but the SSMs do not: both sides are compared at torch
+    assert set(table.attention_backend) == {"torch"} and set(table.ssm_backend) == {"torch"}
+    assert set(table.ssm) == {"mamba", "s4d"}
+    row = table[(table.phase == "prefill") & (table.ssm == "mamba")].iloc[0]
+    ok = cells[(cells.status == "ok") & (cells.phase == "prefill") & (cells.seq_len == row.seq_len)]
+    a = ok[(ok.model == "attention") & (ok.backend == "torch")].iloc[0]
+    m = ok[(ok.model == "mamba") & (ok.backend == "torch")].iloc[0]
+    assert row.latency_ratio == pytest.approx(a.time_ms_median / m.time_ms_median)
+    assert row.flop_ratio == pytest.approx(a.flop / m.flop)
+    assert row.energy_ratio == pytest.approx(a.energy_j / m.energy_j)
+    fig = plots.draw("go_no_go", cells)
+    assert len(fig.axes) == 3 and "backends torch" in fig.axes[0].get_title()
     plt.close(fig)

@@ -1324,3 +1324,114 @@ def throughput(
 
 FIGURES["ttft_tpot_crossover"] = ttft_tpot_crossover
 FIGURES["throughput"] = throughput
+
+
+# ---------------------------------------------------------------------------------------
+# Go / no-go: attention against each SSM, strongest backend against strongest backend.
+
+# How tuned a backend is.  A side is compared at the highest tier both sides reached, so a
+# naive loop is never set against a fused kernel.
+BACKEND_TIERS = {
+    "naive": 0,
+    "torch": 1,
+    "compile": 1,
+    "torch-graph": 1,
+    "fused": 2,
+    "fused-graph": 2,
+}
+SSM_FAMILIES = ("s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid")
+
+
+def go_no_go_table(cells: pd.DataFrame, batch: int | None = None) -> pd.DataFrame:
+    """Per (phase, T, SSM family): attention's FLOPs, latency and energy over the SSM's,
+    each side at its fastest ok backend within the highest tier both reached (see
+    BACKEND_TIERS), the backends named.  A ratio above 1 means attention does more work,
+    takes longer, or spends more energy.  Columns: phase, seq_len, ssm, attention_backend,
+    ssm_backend, tier, flop_ratio, latency_ratio, energy_ratio (empty without energy)."""
+    data = _with_columns(cells, _CELL_NUMERIC, _CELL_TEXT)
+    data = data[(data.status == "ok") & data.backend.isin(list(BACKEND_TIERS))]
+    data = _one_setting(data, batch, None)
+    data = data.assign(tier=data.backend.map(BACKEND_TIERS), family=family_of(data))
+    rows = []
+    for (phase, seq_len), point in data.groupby(["phase", "seq_len"], sort=True):
+        attention = point[point.family == "attention"]
+        if attention.empty:
+            continue
+        for ssm in SSM_FAMILIES:
+            other = point[point.family == ssm]
+            if other.empty:
+                continue
+            tier = min(attention.tier.max(), other.tier.max())
+            a = attention[attention.tier == tier].nsmallest(1, "time_ms_median").iloc[0]
+            s = other[other.tier == tier].nsmallest(1, "time_ms_median").iloc[0]
+            energy = a.energy_j / s.energy_j if s.energy_j and not pd.isna(s.energy_j) else None
+            rows.append(
+                dict(
+                    phase=phase,
+                    seq_len=int(seq_len),
+                    ssm=ssm,
+                    attention_backend=a.backend,
+                    ssm_backend=s.backend,
+                    tier=int(tier),
+                    flop_ratio=a.flop / s.flop if s.flop else None,
+                    latency_ratio=a.time_ms_median / s.time_ms_median,
+                    energy_ratio=energy,
+                )
+            )
+    columns = ["phase", "seq_len", "ssm", "attention_backend", "ssm_backend", "tier"]
+    return pd.DataFrame(rows, columns=columns + ["flop_ratio", "latency_ratio", "energy_ratio"])
+
+
+def go_no_go(
+    cells: pd.DataFrame,
+    models: Sequence[str] | None = None,
+    batch: int | None = None,
+    phase: str | None = None,
+    backends: Sequence[str] | None = None,
+) -> plt.Figure:
+    """Attention over each SSM, against T, a panel per phase: the FLOP ratio (dashed) next
+    to the realized latency ratio (solid) and, where measured, the energy ratio (dotted),
+    from :func:`go_no_go_table`.  Above 1, the SSM does less / is faster.  When the latency
+    ratio tracks the FLOP ratio the hardware turns the SSM's smaller work into time; when it
+    stays below, the SSM's arithmetic runs at a lower rate than attention's.  ``models``
+    selects SSM families; ``phase`` and ``backends`` are accepted for a uniform notebook
+    interface (every phase is drawn, each side at its strongest backend)."""
+    title = "Go / no-go: attention over SSM, strongest backends"
+    table = go_no_go_table(cells, batch)
+    if models:
+        table = table[table.ssm.isin(_as_list(models))]
+    if table.empty:
+        return _empty_figure(title, "no phase and T with ok attention and SSM cells", cells)
+    phases = [p for p in PHASES if p in set(table.phase)]
+    fig, axes = plt.subplots(1, len(phases), figsize=(5.6 * len(phases), 4.4), squeeze=False)
+    for ax, ph in zip(axes[0], phases, strict=True):
+        panel = table[table.phase == ph]
+        backends_used = sorted(set(panel.attention_backend) | set(panel.ssm_backend))
+        ax.set_title(f"{ph} (backends {', '.join(backends_used)})", fontsize=9)
+        for ssm, line in panel.groupby("ssm", sort=True):
+            line = line.sort_values("seq_len")
+            color = FAMILY_COLORS.get(ssm, "black")
+            ax.plot(
+                line.seq_len, line.latency_ratio, color=color, marker="o", label=f"{ssm}: latency"
+            )
+            ax.plot(line.seq_len, line.flop_ratio, color=color, linestyle="--", alpha=0.7)
+            if line.energy_ratio.notna().any():
+                ax.plot(line.seq_len, line.energy_ratio, color=color, linestyle=":")
+        ax.axhline(1.0, color="0.3", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length T (tokens)")
+        ax.set_ylabel("attention / SSM")
+        ax.grid(True, which="both", alpha=0.3)
+    styles = [
+        Line2D([], [], color="0.3", linestyle="-", marker="o", label="latency ratio"),
+        Line2D([], [], color="0.3", linestyle="--", label="FLOP ratio"),
+        Line2D([], [], color="0.3", linestyle=":", label="energy ratio"),
+    ]
+    _title(fig, title, cells)
+    _figure_legend(fig, styles)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES["go_no_go"] = go_no_go
