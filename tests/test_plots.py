@@ -475,3 +475,18 @@ def test_go_no_go_compares_the_strongest_backends_both_sides_reached():
     fig = plots.draw("go_no_go", cells)
     assert len(fig.axes) == 3 and "backends torch" in fig.axes[0].get_title()
     plt.close(fig)
+
+
+def test_claims_figure_lists_every_claim_with_its_verdict(tmp_path):
+    from ssmbench import claims as ledger
+
+    cells = synthetic_cells().assign(device="cuda", device_name="NVIDIA A100-SXM4-80GB")
+    table = ledger.evaluate(cells, "t")
+    fig = plots.draw("claims", table)
+    (grid,) = fig.axes[0].tables
+    words = "\n".join(cell.get_text().get_text() for cell in grid.get_celld().values())
+    for claim in ledger.load():
+        assert claim["claim"].split()[0] in words
+    assert "not comparable" in words  # the synthetic run has no fused cells
+    plots.save(fig, tmp_path / "c.png")
+    plt.close(fig)

@@ -98,7 +98,7 @@ class Cell:
 
 
 # The table a figure is drawn from, when not the cells table.
-FIGURE_TABLES = {"op_breakdown": "ops"}
+FIGURE_TABLES = {"op_breakdown": "ops", "claims": "claims"}
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class Plan:
     def figure_cells(self, figure: str) -> list[Cell]:
         """The cells a figure draws: for a figure of the ops table, the profiled ones."""
         spec = self.figures[figure]
-        cells = self.cells if spec.table == "cells" else sorted(self.profiled)
+        cells = sorted(self.profiled) if spec.table == "ops" else self.cells
         return [c for c in cells if spec.selects(c)]
 
 
@@ -246,7 +246,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     source = config["source"]
     if source == "live":
         for spec in figures.values():
-            _check_figure(name, spec, cells if spec.table == "cells" else sorted(profiled))
+            _check_figure(name, spec, sorted(profiled) if spec.table == "ops" else cells)
 
     return Plan(
         preset=name,

@@ -1435,3 +1435,71 @@ def go_no_go(
 
 
 FIGURES["go_no_go"] = go_no_go
+
+
+# ---------------------------------------------------------------------------------------
+# Claims: published numbers against ours (the claims table, ssmbench.claims).
+
+VERDICT_COLORS = {"reproduced": "#2ca02c", "contradicted": "#d62728", "not comparable here": "0.5"}
+
+
+def _range(low, high) -> str:
+    def num(v):
+        return f"{v:.4g}"
+
+    if pd.isna(low):
+        return f"<= {num(high)}"
+    if pd.isna(high):
+        return f">= {num(low)}"
+    return f"{num(low)}-{num(high)}"
+
+
+def claims(table: pd.DataFrame, **ignored) -> plt.Figure:
+    """One row per published claim (``tables/claims.csv``): the claim, its source and
+    hardware, the published value or range, ours, and the verdict in its colour, with the
+    reason when this run cannot test it.  Filters are accepted and ignored (a claim names
+    its own cells)."""
+    title = "Claims: published numbers against this run"
+    if table.empty:
+        fig, ax = plt.subplots(figsize=(8, 2))
+        _missing(ax, "no claims in the table")
+        fig.suptitle(title)
+        return fig
+    wrap = textwrap.TextWrapper(width=58)
+    rows, colors = [], []
+    for r in table.itertuples():
+        ours = "" if pd.isna(r.ours) else f"{r.ours:.3g}"
+        verdict = r.verdict if r.verdict != "not comparable here" else f"not comparable: {r.why}"
+        rows.append(
+            [
+                "\n".join(wrap.wrap(r.claim)),
+                "\n".join(wrap.wrap(f"{r.source}; {r.hardware}")),
+                _range(r.published_low, r.published_high),
+                ours,
+                "\n".join(textwrap.wrap(verdict, 34)),
+            ]
+        )
+        colors.append(VERDICT_COLORS.get(r.verdict, "black"))
+    height = 1.0 + sum(max(cell.count("\n") + 1 for cell in row) for row in rows) * 0.22
+    fig, ax = plt.subplots(figsize=(15, height))
+    ax.axis("off")
+    grid = ax.table(
+        cellText=rows,
+        colLabels=["claim", "source; hardware", "published", "ours", "verdict"],
+        colWidths=[0.33, 0.33, 0.08, 0.06, 0.20],
+        loc="upper center",
+        cellLoc="left",
+    )
+    grid.auto_set_font_size(False)
+    grid.set_fontsize(7)
+    for i, row in enumerate(rows, start=1):
+        lines = max(cell.count("\n") + 1 for cell in row)
+        for j in range(len(row)):
+            grid[i, j].set_height(0.9 * lines / (len(rows) + 1) / max(1, height / 3))
+        grid[i, 4].get_text().set_color(colors[i - 1])
+    runs = ", ".join(sorted(set(table.run.astype(str))))
+    fig.suptitle(f"{title} (run {runs})", fontsize=11)
+    return fig
+
+
+FIGURES["claims"] = claims

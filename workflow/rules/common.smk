@@ -129,6 +129,8 @@ def figure_cells(wildcards):
     """The records (or, for a figure of the ops table, the operator profiles) it draws."""
     run = live_run(wildcards.run)
     spec = figure_spec(wildcards)
+    if spec.table == "claims":  # the run's claims table, made by aggregate
+        return [paths.table(run, "claims.csv")]
     path = paths.cell_record if spec.table == "cells" else paths.ops
     return [path(run, c) for c in PLAN.figure_cells(wildcards.figure)]
 
