@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES)
 
-.PHONY: venv fused reproduce test lint figures-precollected artifact lock clean wheels
+.PHONY: venv fused reproduce test lint report figures-precollected artifact lock clean wheels
 
 # torch goes first and alone, so no later requirement can pull a CUDA build of it.
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -44,6 +44,12 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
+
+# One self-contained HTML page (figures, claims table, verdict) of a finished run; pass the
+# run's config as for the run itself, e.g. `make report CONFIG="preset=ci"`.
+REPORT ?= report.html
+report: venv  ## the run's figures, claims and verdict as one HTML page (after the run)
+	$(BIN)/snakemake --report $(REPORT) $(if $(CONFIG),--config $(CONFIG))
 
 figures-precollected: venv  ## every figure from results/precollected/, nothing measured
 	$(SNAKEMAKE) --config source=precollected

@@ -9,6 +9,9 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/verify.smk"
 include: "workflow/rules/calibrate.smk"
@@ -22,3 +25,4 @@ rule all:
     default_target: True
     input:
         all_targets(),
+        with_prov([VERDICT]) if LIVE else [],

@@ -32,7 +32,7 @@ missing=()
 for module in "${NEEDED[@]}"; do
     "$PY" -c "import $module" 2>/dev/null || missing+=("$module")
 done
-if [ ${#missing[@]} -gt 0 ] || [ -d .whl ]; then
+if [ ${#missing[@]} -gt 0 ]; then
     VENV=${SSMBENCH_VENV:-/tmp/ssmbench-venv}
     if [ ! -x "$VENV/bin/python" ]; then
         "$PY" -m venv --system-site-packages "$VENV"
@@ -43,7 +43,7 @@ if [ ${#missing[@]} -gt 0 ] || [ -d .whl ]; then
         # every wheel there, resolved offline against what is installed; never torch
         "$PY" -m pip install -q --no-index --find-links .whl --no-cache-dir \
             $(ls .whl/*.whl | sed -E 's|.*/([^-]+)-.*|\1|' | sort -u | grep -vi '^torch$')
-    elif [ ${#missing[@]} -gt 0 ]; then
+    else
         echo "error: missing ${missing[*]} and no wheels in .whl/ (run 'make wheels' where there is internet)" >&2
         exit 2
     fi

@@ -30,3 +30,13 @@ def snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int =
 @pytest.fixture
 def workflow_copy(tmp_path: Path) -> Path:
     return copy_workflow(tmp_path / "wf")
+
+
+@pytest.fixture(scope="session")
+def ci_run(tmp_path_factory) -> Path:
+    """One finished `ci` run in a temporary copy of the workflow, shared by every slow test
+    that reads a run (the workflow, the report)."""
+    wf = copy_workflow(tmp_path_factory.mktemp("ci") / "wf")
+    out = snakemake(wf, "--config", "preset=ci")
+    assert out.returncode == 0, f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
+    return wf

@@ -30,14 +30,6 @@ def outputs_without_sidecar(root: Path) -> list[Path]:
     return [p for p in files if not Path(f"{p}.prov.json").is_file()]
 
 
-@pytest.fixture(scope="module")
-def ci_run(tmp_path_factory):
-    """One finished `ci` run, shared by the tests below."""
-    wf = copy_workflow(tmp_path_factory.mktemp("ci") / "wf")
-    check(snakemake(wf, "--config", "preset=ci"))
-    return wf
-
-
 def test_tables_hold_every_cell_verified_and_measured(ci_run):
     tables = ci_run / "results" / "ci" / "tables"
     cells = pd.read_csv(tables / "cells.csv")

@@ -1,5 +1,11 @@
 localrules:
     aggregate,
+    verdict,
+
+
+# The verdict paragraph is the claims table's caption in the report; a caption path is
+# fixed when the rule is read, so it names this config's run.
+VERDICT = paths.table(RUN, "verdict.rst")
 
 
 rule aggregate:
@@ -15,7 +21,11 @@ rule aggregate:
         samples_parquet=paths.table("{run}", "samples.parquet"),
         verify_csv=paths.table("{run}", "verify.csv"),
         ops_csv=paths.table("{run}", "ops.csv"),
-        claims_csv=paths.table("{run}", "claims.csv"),
+        claims_csv=report(
+            paths.table("{run}", "claims.csv"),
+            caption=f"../../{VERDICT}",
+            category="claims",
+        ),
         prov=with_prov([paths.table("{run}", name) for name in paths.TABLES])[1::2],
     log:
         "logs/{run}/aggregate.log",
@@ -23,3 +33,18 @@ rule aggregate:
         "../../envs/analysis.yaml"
     script:
         "../../scripts/aggregate.py"
+
+
+rule verdict:
+    input:
+        cells=paths.table("{run}", "cells.csv"),
+        claims=paths.table("{run}", "claims.csv"),
+    output:
+        rst=paths.table("{run}", "verdict.rst"),
+        prov=paths.prov(paths.table("{run}", "verdict.rst")),
+    log:
+        "logs/{run}/verdict.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../../scripts/verdict.py"

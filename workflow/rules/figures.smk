@@ -25,7 +25,13 @@ rule figure:
         notebook="notebooks/{figure}.ipynb",
     output:
         pdf=paths.figure("{run}", "{figure}", "pdf"),
-        png=paths.figure("{run}", "{figure}", "png"),
+        png=report(
+            paths.figure("{run}", "{figure}", "png"),
+            caption="../report/figure.rst",
+            category="figures",
+            subcategory="{run}",
+            labels={"figure": "{figure}"},
+        ),
         ipynb=paths.figure("{run}", "{figure}", "ipynb"),
         prov=[
             paths.prov(paths.figure("{run}", "{figure}", e)) for e in paths.FIGURE_EXTS
@@ -37,5 +43,10 @@ rule figure:
     params:
         filters=figure_filters,
         table=figure_kind,
+        # Snakemake reads a report caption from one fixed path per rule: the template
+        # workflow/report/figure.rst prints this, the text of workflow/report/<figure>.rst.
+        caption=lambda w: Path(
+            workflow.basedir, f"workflow/report/{w.figure}.rst"
+        ).read_text(),
     script:
         "../../scripts/figure.py"

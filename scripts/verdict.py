@@ -1,0 +1,89 @@
+"""Rule verdict: a short paragraph for the report, every sentence read off the run's tables.
+
+It says how the cells ended (counts per status), which backend was fastest for each family
+at the longest length that family ran, per phase, and how the published claims fared.
+Written as reStructuredText: the report shows it as the caption of the claims table.
+"""
+
+import pandas as pd
+
+# Cell statuses in DESIGN.md's order ("Status is data"); the first three are always named.
+STATUSES = ("ok", "oom", "unavailable", "timeout", "failed")
+ALWAYS = ("ok", "unavailable", "failed")
+PHASES = ("prefill", "decode", "train")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def status_sentence(cells: pd.DataFrame) -> str:
+    counts = cells.status.value_counts()
+    known = [s for s in STATUSES if s in ALWAYS or counts.get(s, 0)]
+    other = sorted(set(counts.index) - set(STATUSES))
+    parts = [f"{int(counts.get(s, 0))} {s}" for s in [*known, *other]]
+    run = ", ".join(sorted({str(r) for r in cells.run})) or "this run"
+    return f"Run {run} planned {_count(len(cells), 'cell')}: {', '.join(parts)}."
+
+
+def fastest_sentences(cells: pd.DataFrame) -> list[str]:
+    """Per phase: the fastest backend of each family at that family's longest ok length
+    (smallest batch there), with its margin over the runner-up backend."""
+    ok = cells[(cells.status == "ok") & cells.time_ms_median.notna()]
+    phases = [p for p in PHASES if p in set(ok.phase)]
+    phases += sorted(set(ok.phase) - set(PHASES))
+    sentences = []
+    for phase in phases:
+        parts = []
+        for model, rows in ok[ok.phase == phase].groupby("model", sort=True):
+            rows = rows[rows.seq_len == rows.seq_len.max()]
+            rows = rows[rows.batch == rows.batch.min()]
+            best = rows.groupby("backend").time_ms_median.min().sort_values()
+            text = (
+                f"{model} {best.index[0]} "
+                f"({best.iloc[0]:.3g} ms at T = {int(rows.seq_len.iloc[0])}, "
+                f"batch {int(rows.batch.iloc[0])}"
+            )
+            if len(best) > 1:
+                margin = best.iloc[1] / best.iloc[0]
+                text += f", {margin:.1f}x ahead of {best.index[1]}"
+            parts.append(text + ")")
+        if parts:
+            sentences.append(
+                f"Fastest {phase} backend per family at its longest length: "
+                + "; ".join(parts)
+                + "."
+            )
+    return sentences
+
+
+def claims_sentence(claims: pd.DataFrame) -> str:
+    if claims.empty:
+        return "No published claim was checked."
+    counts = claims.verdict.value_counts()
+    parts = [f"{int(n)} {verdict}" for verdict, n in counts.items()]
+    return f"Of {_count(len(claims), 'published claim')} checked against this run: " + (
+        ", ".join(parts) + "."
+    )
+
+
+def verdict_rst(cells: pd.DataFrame, claims: pd.DataFrame) -> str:
+    """The paragraph, as reStructuredText (one paragraph, sentences joined by spaces)."""
+    sentences = [status_sentence(cells), *fastest_sentences(cells), claims_sentence(claims)]
+    return " ".join(sentences) + "\n"
+
+
+if "snakemake" in globals():  # run by the rule; importable by the tests
+    import _src  # noqa: F401  (puts ../src on sys.path)
+
+    from ssmbench.provenance import from_snakemake, now
+    from ssmbench.scripting import logged
+
+    with logged(snakemake):  # noqa: F821
+        started = now()
+        cells = pd.read_csv(snakemake.input.cells)  # noqa: F821
+        claims = pd.read_csv(snakemake.input.claims)  # noqa: F821
+        out = snakemake.output.rst  # noqa: F821
+        with open(out, "w") as f:
+            f.write(verdict_rst(cells, claims))
+        from_snakemake(snakemake, outputs=[out], started=started)  # noqa: F821
