@@ -347,6 +347,7 @@ def graph_step(model, x_t, cache, warmup: int = 3):
     """
     import torch
 
+    from ssmbench.models import DTYPES
     from ssmbench.models.common import BackendUnavailable
     from ssmbench.numerics import compare
 
@@ -364,8 +365,8 @@ def graph_step(model, x_t, cache, warmup: int = 3):
             graph_y, _ = model.step(x_t, cache)
         graph.replay()
         torch.cuda.synchronize()
-        dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-        check = compare("graph_step", eager_y, graph_y, dtype.get(eager_y.dtype, "fp32"))
+        dtype = {v: k for k, v in DTYPES.items()}[eager_y.dtype]  # the tolerance row
+        check = compare("graph_step", eager_y, graph_y, dtype)
         if not check.ok:
             raise RuntimeError(f"graph replay differs from the eager step: {check}")
     return graph.replay
