@@ -1,8 +1,11 @@
-"""Rule verdict: a short paragraph for the report, every sentence read off the run's tables.
+"""Rule verdict: a short verdict for the report, every sentence read off the run's tables.
 
-It says how the cells ended (counts per status), which backend was fastest for each family
-at the longest length that family ran, per phase, and how the published claims fared.
-Written as reStructuredText: the report shows it as the caption of the claims table.
+It says how the cells ended (counts per status); the go/no-go answer per phase at the
+longest length where attention and SSMs both ran (attention's FLOPs and time over each
+SSM's, strongest backends only: ssmbench.plots.go_no_go_table); which backend was fastest
+for each family at the longest length that family ran, per phase; and how the published
+claims fared.  Written as reStructuredText: the report shows it on its landing page and as
+the caption of the claims table.
 """
 
 import pandas as pd
@@ -57,6 +60,49 @@ def fastest_sentences(cells: pd.DataFrame) -> list[str]:
     return sentences
 
 
+def _span(values: pd.Series, fmt: str = "{:.2f}") -> str:
+    low, high = values.min(), values.max()
+    return (
+        fmt.format(low)
+        if fmt.format(low) == fmt.format(high)
+        else f"{fmt.format(low)}-{fmt.format(high)}"
+    )
+
+
+def go_no_go_sentences(cells: pd.DataFrame) -> list[str]:
+    """Per phase, at the longest T where attention and at least one SSM ran: attention's
+    FLOPs and latency over the SSMs' (each side's strongest backend), and how much of the
+    FLOP saving became speed (latency ratio / FLOP ratio)."""
+    from ssmbench.plots import go_no_go_table
+
+    table = go_no_go_table(cells)
+    sentences = []
+    for phase in [p for p in PHASES if p in set(table.phase)]:
+        rows = table[table.phase == phase]
+        rows = rows[rows.seq_len == rows.seq_len.max()]
+        backends = ", ".join(
+            sorted(
+                {
+                    f"{a} vs {s}"
+                    for a, s in zip(rows.attention_backend, rows.ssm_backend, strict=True)
+                }
+            )
+        )
+        text = (
+            f"Go/no-go, {phase} at T = {int(rows.seq_len.iloc[0])} ({backends}): attention "
+            f"takes {_span(rows.latency_ratio)}x the time of each SSM"
+        )
+        flops = rows[rows.flop_ratio.notna() & (rows.flop_ratio > 0)]
+        if not flops.empty:
+            converted = flops.latency_ratio / flops.flop_ratio
+            text += (
+                f" for {_span(flops.flop_ratio)}x the FLOPs; latency ratio over FLOP ratio "
+                f"{_span(converted)} (1.00 would turn the SSMs' FLOP saving fully into speed)"
+            )
+        sentences.append(text + ".")
+    return sentences
+
+
 def claims_sentence(claims: pd.DataFrame) -> str:
     if claims.empty:
         return "No published claim was checked."
@@ -68,9 +114,9 @@ def claims_sentence(claims: pd.DataFrame) -> str:
 
 
 def verdict_rst(cells: pd.DataFrame, claims: pd.DataFrame) -> str:
-    """The paragraph, as reStructuredText (one paragraph, sentences joined by spaces)."""
-    sentences = [status_sentence(cells), *fastest_sentences(cells), claims_sentence(claims)]
-    return " ".join(sentences) + "\n"
+    """The verdict as reStructuredText: the status sentence, then a bullet per finding."""
+    points = [*go_no_go_sentences(cells), *fastest_sentences(cells), claims_sentence(claims)]
+    return status_sentence(cells) + "\n\n" + "".join(f"- {p}\n" for p in points)
 
 
 if "snakemake" in globals():  # run by the rule; importable by the tests

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from ssmbench import claims
+from ssmbench.config import REPO
 
 
 def cell(
@@ -131,3 +136,101 @@ def test_a_claim_without_its_keys_or_with_an_unknown_metric_is_refused(tmp_path)
     )
     with pytest.raises(ValueError, match="unknown metric 'magic'"):
         claims.load(bad)
+
+
+def test_a_selector_by_family_takes_the_fastest_of_its_backends_across_dtypes():
+    """One claim reads our runs (fused) and an imported study's (mamba_ssm, hf) alike."""
+    rows = [
+        cell("mamba2-780m", "mamba_ssm", "prefill", 2048, 40.0, family="mamba2"),
+        cell("mamba2-780m", "mamba_ssm", "prefill", 16384, 300.0, family="mamba2"),
+        cell("qwen", "hf", "prefill", 2048, 20.0, family="attention"),
+        cell("qwen", "hf", "prefill", 16384, 400.0, family="attention"),
+        cell("qwen", "fused", "prefill", 2048, 25.0, family="attention"),  # slower: not used
+    ]
+    cells = table(rows).assign(dtype=["fp16", "fp16", "bf16", "bf16", "bf16"])
+    short = {
+        **SCAN,
+        "published": [None, 1.9],
+        "compare": "about",
+        "tolerance": 0.1,
+        "metric": {
+            "name": "latency_ratio",
+            "phase": "prefill",
+            "max_len": 8191,
+            "same_dtype": False,
+            "slow": {"family": "mamba2", "backend": ["fused", "mamba_ssm"]},
+            "fast": {"family": "attention", "backend": ["fused", "hf"]},
+        },
+    }
+    row = claims.evaluate(cells, "r", [short]).iloc[0]
+    assert row.ours == pytest.approx(2.0) and row.verdict == "reproduced"  # |2.0/1.9 - 1| < 0.1
+    assert row.cells == "mamba2-780m/mamba_ssm vs qwen/hf prefill at b1 T2048"
+    strict = {**short, "tolerance": 0.05}
+    assert claims.evaluate(cells, "r", [strict]).iloc[0].verdict == "contradicted"
+    same_dtype = {**short, "metric": {**short["metric"], "same_dtype": True}}
+    row = claims.evaluate(cells, "r", [same_dtype]).iloc[0]
+    assert row.verdict == "not comparable here" and row.why == "no shared T at T <= 8191"
+    at_57k = {**short, "metric": {**short["metric"], "max_len": None, "at_len": 57344}}
+    row = claims.evaluate(cells, "r", [at_57k]).iloc[0]
+    assert row.why == "no shared T at T = 57344 (longest shared: 16384)"
+
+
+def test_another_device_of_the_kind_shows_ours_for_reference_without_judging():
+    cells = table(
+        [
+            cell("mamba", "torch", "prefill", 1024, 30.0, name="NVIDIA H200"),
+            cell("mamba", "fused", "prefill", 1024, 1.0, name="NVIDIA H200"),
+        ]
+    )
+    on_a100 = {**SCAN, "requires": {"device": "cuda", "device_name": "A100"}}
+    row = claims.evaluate(cells, "r", [on_a100]).iloc[0]
+    assert row.ours == pytest.approx(30.0) and row.verdict == "not comparable here"
+    assert (
+        row.why == "measured on A100; this run's device is NVIDIA H200 (ours shown for reference)"
+    )
+
+
+def test_a_selector_names_a_model_or_a_family():
+    cells = table([cell("mamba", "torch", "prefill", 1024, 30.0)])
+    both = {
+        **SCAN,
+        "metric": {**SCAN["metric"], "slow": {"model": "m", "family": "f", "backend": "torch"}},
+    }
+    with pytest.raises(ValueError, match="a model or a family"):
+        claims.evaluate(cells, "r", [both])
+
+
+def test_about_needs_a_tolerance(tmp_path):
+    bad = tmp_path / "claims.yaml"
+    bad.write_text(
+        "claims:\n  - {id: a, claim: b, source: {paper: p, where: w}, hardware: h,"
+        " published: [null, 2], compare: about, metric: {name: best}}\n"
+    )
+    with pytest.raises(ValueError, match="compare 'about' needs a tolerance"):
+        claims.load(bad)
+
+
+ANCHORS = Path(os.environ.get("SSMBENCH_ANCHORS", REPO.parent / "shared" / "anchors"))
+
+
+def test_numbers_read_off_a_seed_table_match_that_table():
+    """Every claim with ``from_table`` publishes the ratio of the two entries it names,
+    recomputed here from the seed's own file (skipped where the anchors are absent)."""
+    derived = [c for c in claims.load() if "from_table" in c]
+    assert len(derived) >= 3
+    if not ANCHORS.is_dir():
+        pytest.skip(f"no anchors at {ANCHORS} (set SSMBENCH_ANCHORS)")
+    for claim in derived:
+        source = claim["from_table"]
+        entries = json.loads((ANCHORS / source["file"]).read_text())["entries"]
+
+        def value(key, entries=entries):
+            (entry,) = [
+                e for e in entries if e["model"] == key["model"] and e["seq_len"] == key["seq_len"]
+            ]
+            return entry[key["field"]]
+
+        top, bottom = source["ratio"]
+        assert claims.reference(claim) == pytest.approx(value(top) / value(bottom), rel=1e-3), (
+            claim["id"]
+        )

@@ -79,6 +79,8 @@ def test_verdict_is_read_off_the_tables(report):
     assert f"Of {len(claims)} published claim" in text
     for verdict, n in claims.verdict.value_counts().items():
         assert f"{n} {verdict}" in text
+    # on the landing page and as the claims table's caption
+    assert report.read_text().count(f"planned {len(cells)} cells: {n_ok} ok") >= 2
 
 
 def test_report_is_one_self_contained_page(report):

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ssmbench import plots, tables
+from ssmbench import claims, plots, tables
 from ssmbench.importers import SSMScopeFormatError, import_ssm_scope, write_runs
 from ssmbench.importers.ssm_scope import CATEGORY_FILES, MIB, RUNS, cells_schema
 
@@ -343,12 +343,14 @@ def test_write_runs_writes_the_precollected_layout_with_provenance(clone, tmp_pa
     for run in RUNS:
         tables_dir = tmp_path / "out" / run / "tables"
         assert written[run] == {
-            "cells": str(tables_dir / "cells.csv"),
-            "ops": str(tables_dir / "ops.csv"),
+            name: str(tables_dir / f"{name}.csv") for name in ("cells", "ops", "claims")
         }
         cells = pd.read_csv(tables_dir / "cells.csv")
         cells_schema().validate(cells)
         tables.read_ops(tables_dir / "ops.csv")
+        judged = pd.read_csv(tables_dir / "claims.csv")
+        assert list(judged.columns) == claims.COLUMNS and set(judged.run) == {run}
+        assert len(judged) == len(claims.load())
         sidecar = json.loads((tables_dir / "cells.csv.prov.json").read_text())
         assert sidecar["rule"] == "import_ssm_scope"
         profile = clone / RUNS[run].profiles / "mamba-130m_cuda_1_1024" / "gemm.csv"
@@ -410,6 +412,25 @@ def test_real_numbers_match_the_raw_files(real):
     assert untimed.status == "unavailable"
     assert untimed.weights_bytes == pytest.approx(float(mamba["model_size_mb"]) * MIB)
     assert untimed.activations_bytes == pytest.approx(float(mamba["activation_memory_mb"]) * MIB)
+
+
+def test_their_headline_claims_are_judged_on_their_own_data(real):
+    """SSM-Scope's abstract against SSM-Scope's published timings: the short-context claim
+    is their generation_times.csv at T = 2048 (Mamba2-780m over Qwen2.5-0.5B); the 57K
+    point of the long-context claim is not in their published timings."""
+    judged = claims.evaluate(real["ssm-scope-rtx4090"]["cells"], "ssm-scope-rtx4090")
+    judged = judged.set_index("id")
+    (mamba2,) = [r for r in raw_rows(GENERATION) if r["model_name"] == "gen_mamba2_cuda_256_2048"]
+    (qwen,) = [
+        r for r in raw_rows(GENERATION) if r["model_name"] == "gen_qwen25-instruct_cuda_256_2048"
+    ]
+    expected = float(mamba2["prefill_time_seconds"]) / float(qwen["prefill_time_seconds"])
+    short = judged.loc["ssm-scope-short-context"]
+    assert short.ours == pytest.approx(expected) and short.verdict == "reproduced"
+    assert "mamba2-780m/mamba_ssm vs qwen25-instruct/hf prefill at b1 T2048" == short.cells
+    long = judged.loc["ssm-scope-long-context"]
+    assert long.verdict == "not comparable here"
+    assert long.why == "no shared T at T = 57344 (longest shared: 32768)"
 
 
 def test_real_operator_times_are_per_forward_device_time(real):

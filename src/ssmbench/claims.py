@@ -3,10 +3,18 @@
 Each claim names a metric of :data:`METRICS` and the cells it reads.  :func:`evaluate`
 gives one row per claim: the published value, ours, their ratio and a verdict:
 
-- ``reproduced``: ours satisfies the published statement (in its range, or past its bound);
+- ``reproduced``: ours satisfies the published statement: in its range (``within``), past
+  its bound (``at_least``, ``at_most``), or, for a point value such as an "up to 4x",
+  within the claim's relative ``tolerance`` of it (``about``);
 - ``contradicted``: it does not;
 - ``not comparable here``: the run lacks what the claim needs (a CUDA device, the named
-  hardware, ok cells of the backends it compares), and ``why`` says which.
+  hardware, ok cells of the backends it compares), and ``why`` says which.  On another
+  device of the kind a claim needs (an H200 for an A100 claim) ours is still computed and
+  shown for reference.
+
+Cells are selected by model name or by family, and by one backend or a list of them (the
+fastest per point), so that one claim reads our runs (``attention/fused``) and a run
+imported from another study (their ``qwen25-instruct/hf``) alike.
 
 A metric never guesses: without the cells it needs it returns ``(None, why)``.  Imports
 pandas and yaml only.
@@ -31,6 +39,7 @@ COLUMNS = [
     "claim",
     "source",
     "hardware",
+    "published",
     "published_low",
     "published_high",
     "ours",
@@ -40,6 +49,7 @@ COLUMNS = [
     "cells",
 ]
 VERDICTS = ("reproduced", "contradicted", "not comparable here")
+COMPARES = ("within", "at_least", "at_most", "about")
 
 
 def load(path: str | Path = CLAIMS) -> list[dict]:
@@ -55,16 +65,53 @@ def load(path: str | Path = CLAIMS) -> list[dict]:
                 f"{path}: claim {claim['id']}: unknown metric {claim['metric'].get('name')!r}; "
                 f"known: {sorted(METRICS)}"
             )
-        if claim["compare"] not in ("within", "at_least", "at_most"):
+        if claim["compare"] not in COMPARES:
             raise ValueError(f"{path}: claim {claim['id']}: unknown compare {claim['compare']!r}")
+        if claim["compare"] == "about" and not 0 < claim.get("tolerance", 0) < 1:
+            raise ValueError(
+                f"{path}: claim {claim['id']}: compare 'about' needs a tolerance in (0, 1)"
+            )
     return claims
 
 
-def _ok(cells: pd.DataFrame, phase: str | None, model: str, backend: str) -> pd.DataFrame:
-    keep = (cells.status == "ok") & (cells.model == model) & (cells.backend == backend)
+def _family(cells: pd.DataFrame) -> pd.Series:
+    """Each row's family: its ``family`` where the table has one, else its ``model``."""
+    model = cells.model.astype(str)
+    if "family" not in cells:
+        return model
+    family = cells["family"].fillna("").astype(str)
+    return family.where(family != "", model)
+
+
+def _label(select: dict) -> str:
+    backends = select.get("backend")
+    backends = "|".join(backends) if isinstance(backends, list) else backends
+    return f"{select.get('model') or select.get('family')}/{backends}"
+
+
+def _ok(cells: pd.DataFrame, phase: str | None, select: dict) -> pd.DataFrame:
+    """The ok cells a selector names: ``model`` (a name) or ``family``, and ``backend`` (a
+    name or a list of names: at each (batch, T, dtype) point the fastest of them is kept,
+    so one claim can read our ``fused`` cells and an imported run's ``mamba_ssm`` ones);
+    optionally ``batch`` and ``dtype``."""
+    if ("model" in select) == ("family" in select):
+        raise ValueError(f"a selector names a model or a family, not both or neither: {select}")
+    keep = cells.status == "ok"
+    if "model" in select:
+        keep &= cells.model == select["model"]
+    else:
+        keep &= _family(cells) == select["family"]
+    backends = select["backend"] if isinstance(select["backend"], list) else [select["backend"]]
+    keep &= cells.backend.isin(backends)
+    for column in ("batch", "dtype"):
+        if column in select:
+            keep &= cells[column] == select[column]
     if phase is not None:
         keep &= cells.phase == phase
-    return cells[keep]
+    rows = cells[keep]
+    if len(backends) > 1 and not rows.empty:
+        rows = rows.sort_values("time_ms_median").drop_duplicates(["batch", "seq_len", "dtype"])
+    return rows
 
 
 def _describe(rows: pd.DataFrame) -> str:
@@ -80,26 +127,36 @@ def latency_ratio(
     phase: str | None = None,
     longest: bool = False,
     max_len: int | None = None,
+    at_len: int | None = None,
+    same_dtype: bool = True,
 ) -> tuple[float | None, str, str]:
-    """Median latency of ``slow`` over ``fast`` on the (batch, T, dtype) points both ran:
-    the largest ratio over them (``longest``: at the longest such T), as "up to" claims
-    state it.  Returns (ratio or None, why, the cells used)."""
-    a = _ok(cells, phase, slow["model"], slow["backend"])
-    b = _ok(cells, phase, fast["model"], fast["backend"])
-    keys = ["batch", "seq_len", "dtype"]
+    """Median latency of ``slow`` over ``fast`` on the (batch, T) points both ran (at one
+    dtype unless ``same_dtype`` is false, for models published in their own dtypes): the
+    largest ratio over them, as "up to" claims state it; ``longest``: at the longest such
+    T; ``max_len``: T <= max_len only; ``at_len``: at that T only.  Returns (ratio or
+    None, why, the cells used)."""
+    a, b = _ok(cells, phase, slow), _ok(cells, phase, fast)
+    keys = ["batch", "seq_len"] + (["dtype"] if same_dtype else [])
     both = a.merge(b, on=keys, suffixes=("_slow", "_fast"))
+    where = ""
     if max_len is not None:
-        both = both[both.seq_len <= max_len]
+        both, where = both[both.seq_len <= max_len], f" at T <= {max_len}"
+    if at_len is not None:
+        longest_shared = f" (longest shared: {both.seq_len.max()})" if not both.empty else ""
+        both, where = both[both.seq_len == at_len], f" at T = {at_len}{longest_shared}"
     if both.empty:
-        missing = [f"{s['model']}/{s['backend']}" for s, t in ((slow, a), (fast, b)) if t.empty]
+        missing = [_label(s) for s, t in ((slow, a), (fast, b)) if t.empty]
         why = f"no ok {phase or ''} cells of {', '.join(missing)}" if missing else "no shared T"
-        return None, why.replace("  ", " "), ""
+        return None, (why + where).replace("  ", " "), ""
     if longest:
         both = both[both.seq_len == both.seq_len.max()]
     ratios = both.time_ms_median_slow / both.time_ms_median_fast
-    best = both.loc[ratios.idxmax()]
-    used = f"{slow['model']}/{slow['backend']} vs {fast['model']}/{fast['backend']} {phase or ''}"
-    return float(ratios.max()), "", f"{used} at b{best.batch} T{best.seq_len}".replace("  ", " ")
+    top = both.loc[ratios.idxmax()]
+    used = (
+        f"{top.model_slow}/{top.backend_slow} vs {top.model_fast}/{top.backend_fast} "
+        f"{phase or ''} at b{top.batch} T{top.seq_len}"
+    )
+    return float(ratios.max()), "", used.replace("  ", " ")
 
 
 def crossover_len(
@@ -107,8 +164,7 @@ def crossover_len(
 ) -> tuple[float | None, str, str]:
     """The shortest measured T (batch 1 if measured, else the smallest batch) from which
     ``ssm`` is faster than ``attention`` at every longer measured T too."""
-    a = _ok(cells, phase, ssm["model"], ssm["backend"])
-    b = _ok(cells, phase, attention["model"], attention["backend"])
+    a, b = _ok(cells, phase, ssm), _ok(cells, phase, attention)
     both = a.merge(b, on=["batch", "seq_len", "dtype"], suffixes=("_ssm", "_attn"))
     if both.empty:
         return None, "no shared ok cells of the two backends", ""
@@ -117,17 +173,17 @@ def crossover_len(
     for i in range(len(faster)):
         if faster[i:].all():
             t = int(both.seq_len.iloc[i])
-            return float(t), "", f"{ssm['model']} vs {attention['model']} b{both.batch.min()}"
-    return None, f"{ssm['model']}/{ssm['backend']} is never faster at the measured T", ""
+            return float(t), "", f"{_label(ssm)} vs {_label(attention)} b{both.batch.min()}"
+    return None, f"{_label(ssm)} is never faster at the measured T", ""
 
 
 def best(cells: pd.DataFrame, column: str, select: dict) -> tuple[float | None, str, str]:
     """The highest value of ``column`` among the ok cells of ``select``."""
-    rows = _ok(cells, select.get("phase"), select["model"], select["backend"])
+    rows = _ok(cells, select.get("phase"), select)
     if column in rows:
         rows = rows[rows[column].notna()]
     if rows.empty or column not in rows:
-        return None, f"no ok {select['model']}/{select['backend']} cell with {column}", ""
+        return None, f"no ok {_label(select)} cell with {column}", ""
     top = rows.loc[rows[column].idxmax()]
     return float(top[column]), "", _describe(top.to_frame().T)
 
@@ -139,17 +195,37 @@ METRICS: dict[str, Callable[..., tuple[float | None, str, str]]] = {
 }
 
 
-def _unmet(claim: dict, cells: pd.DataFrame) -> str:
-    """Why the run cannot test the claim, or ""."""
+def _unmet(claim: dict, cells: pd.DataFrame) -> tuple[str, str]:
+    """Why the run cannot test the claim, as (hard, soft): a hard reason (no device of the
+    kind the claim needs) leaves ours empty; a soft one (another device of that kind)
+    keeps ours, shown for reference beside a "not comparable here" verdict."""
     needs = claim.get("requires") or {}
     if "device" in needs and needs["device"] not in set(cells.device):
         devices = ", ".join(sorted(set(cells.device)))
-        return f"needs a {needs['device']} run (this one ran on {devices})"
+        return f"needs a {needs['device']} run (this one ran on {devices})", ""
     pattern = needs.get("device_name")
     if pattern and not any(re.search(pattern, str(n)) for n in set(cells.device_name)):
         names = ", ".join(sorted({str(n) for n in cells.device_name}))
-        return f"measured on {claim['hardware']}; this run's device is {names}"
-    return ""
+        return "", f"measured on {claim['hardware']}; this run's device is {names}"
+    return "", ""
+
+
+def reference(claim: dict) -> float | None:
+    """The published number a ratio is taken against: the upper bound, else the lower."""
+    low, high = claim["published"]
+    return high if high is not None else low
+
+
+def stated(claim: dict) -> str:
+    """The published statement in a few characters: "20-40", ">= 4", "<= 2048", "1.9 +-10%"."""
+    low, high = claim["published"]
+    if claim["compare"] == "about":
+        return f"{reference(claim):.4g} +-{claim['tolerance']:.0%}"
+    if low is None:
+        return f"<= {high:.4g}"
+    if high is None:
+        return f">= {low:.4g}"
+    return f"{low:.4g}-{high:.4g}"
 
 
 def verdict(claim: dict, ours: float | None) -> str:
@@ -160,6 +236,8 @@ def verdict(claim: dict, ours: float | None) -> str:
         ok = ours >= low
     elif claim["compare"] == "at_most":
         ok = ours <= high
+    elif claim["compare"] == "about":
+        ok = abs(ours / reference(claim) - 1) <= claim["tolerance"]
     else:
         ok = (low is None or ours >= low) and (high is None or ours <= high)
     return "reproduced" if ok else "contradicted"
@@ -170,12 +248,14 @@ def evaluate(cells: pd.DataFrame, run: str, claims: list[dict] | None = None) ->
     rows = []
     for claim in claims if claims is not None else load():
         low, high = claim["published"]
-        why = _unmet(claim, cells)
+        why, elsewhere = _unmet(claim, cells)
         ours, used = None, ""
         if not why:
             params = {k: v for k, v in claim["metric"].items() if k != "name"}
             ours, why, used = METRICS[claim["metric"]["name"]](cells, **params)
-        reference = high if high is not None else low
+        if elsewhere and not why:
+            why = elsewhere + (" (ours shown for reference)" if ours is not None else "")
+        ref = reference(claim)
         source = claim["source"]
         rows.append(
             {
@@ -184,10 +264,11 @@ def evaluate(cells: pd.DataFrame, run: str, claims: list[dict] | None = None) ->
                 "claim": claim["claim"],
                 "source": f"{source['paper']}, {source['where']}",
                 "hardware": claim["hardware"],
+                "published": stated(claim),
                 "published_low": low,
                 "published_high": high,
                 "ours": ours,
-                "ratio": None if ours is None or not reference else ours / reference,
+                "ratio": None if ours is None or not ref else ours / ref,
                 "verdict": verdict(claim, ours) if not why else "not comparable here",
                 "why": why,
                 "cells": used,

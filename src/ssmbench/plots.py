@@ -1474,7 +1474,9 @@ def claims(table: pd.DataFrame, **ignored) -> plt.Figure:
             [
                 "\n".join(wrap.wrap(r.claim)),
                 "\n".join(wrap.wrap(f"{r.source}; {r.hardware}")),
-                _range(r.published_low, r.published_high),
+                r.published
+                if "published" in table and isinstance(r.published, str)
+                else _range(r.published_low, r.published_high),
                 ours,
                 "\n".join(textwrap.wrap(verdict, 34)),
             ]

@@ -27,8 +27,12 @@ IMPORTED_FIGURES = [
     "throughput",
     "ttft_tpot_crossover",
     "op_breakdown",
+    "claims",
 ]
 LIVE = PLAN.source == "live"
+# The report's landing page (workflow/report/workflow.rst) includes this run's verdict.
+if LIVE:
+    config["report_verdict"] = paths.table(RUN, "verdict.rst")
 CUDA = PLAN.device == "cuda"
 # A CPU measurement owns every core, so nothing runs beside it; a GPU cell owns its card.
 BENCH_THREADS = (workflow.cores or os.cpu_count() or 1) if not CUDA else 1

@@ -5,11 +5,12 @@ localrules:
 rule import_ssm_scope:
     input:
         clone=PLAN.import_ssm_scope or [],
+        claims="config/claims.yaml",
     output:
         tables=[
             paths.imported_table(run, name)
             for run in IMPORTED_RUNS
-            for name in ("cells.csv", "ops.csv")
+            for name in ("cells.csv", "ops.csv", "claims.csv")
         ],
     log:
         "logs/imported/ssm_scope.log",

@@ -122,6 +122,7 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
+from ssmbench import claims
 from ssmbench.tables import (
     CELL_COLUMNS,
     CELLS_SCHEMA,
@@ -652,14 +653,16 @@ def import_ssm_scope(root: str | Path) -> dict[str, dict[str, pd.DataFrame]]:
 
 
 def write_runs(root: str | Path, out_dir: str | Path, provenance: bool = True) -> dict:
-    """Import ``root`` and write ``<out_dir>/<run>/tables/cells.csv`` and ``ops.csv`` (the
-    layout of ``results/precollected/<run>/tables/``), each with a ``.prov.json`` sidecar
-    listing the source files and their sha256 unless ``provenance`` is False.  Returns
-    ``{run: {"cells": path, "ops": path}}``."""
+    """Import ``root`` and write ``<out_dir>/<run>/tables/cells.csv``, ``ops.csv`` and
+    ``claims.csv`` (the layout of ``results/precollected/<run>/tables/``; the claims are
+    config/claims.yaml judged on their cells, so that their headline numbers are tested
+    on their own data), each with a ``.prov.json`` sidecar listing the source files and
+    their sha256 unless ``provenance`` is False.  Returns ``{run: {"cells": path, ...}}``."""
     written = {}
     for run, (found, sources) in _import(root).items():
         tables_dir = Path(out_dir) / run / "tables"
-        paths = {"cells.csv": str(tables_dir / "cells.csv"), "ops.csv": str(tables_dir / "ops.csv")}
+        found = {**found, "claims": claims.evaluate(found["cells"], run)}
+        paths = {f"{name}.csv": str(tables_dir / f"{name}.csv") for name in found}
         write_tables(found, paths)
         if provenance:
             from ssmbench.provenance import write_sidecars
@@ -667,11 +670,11 @@ def write_runs(root: str | Path, out_dir: str | Path, provenance: bool = True) -
             write_sidecars(
                 list(paths.values()),
                 rule="import_ssm_scope",
-                inputs=[str(p) for p in _existing(sources)],
+                inputs=[str(p) for p in _existing([*sources, claims.CLAIMS])],
                 params={"root": str(root), "run": run},
                 extra={"source": "https://github.com/sapmitra/SSM-Scope"},
             )
-        written[run] = {"cells": paths["cells.csv"], "ops": paths["ops.csv"]}
+        written[run] = {name: paths[f"{name}.csv"] for name in found}
     return written
 
 
@@ -682,10 +685,10 @@ def _existing(paths: Iterable[Path]) -> list[Path]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", help="a clone of sapmitra/SSM-Scope")
-    parser.add_argument("out_dir", help="writes <out_dir>/<run>/tables/{cells,ops}.csv")
+    parser.add_argument("out_dir", help="writes <out_dir>/<run>/tables/{cells,ops,claims}.csv")
     args = parser.parse_args(argv)
     for run, paths in write_runs(args.root, args.out_dir).items():
-        print(run, paths["cells"], paths["ops"])
+        print(run, *paths.values())
 
 
 if __name__ == "__main__":
