@@ -25,4 +25,4 @@ rule all:
     default_target: True
     input:
         all_targets(),
-        with_prov([VERDICT]) if LIVE else [],
+        with_prov([VERDICT, paths.table(RUN, "go_no_go.csv")]) if LIVE else [],

@@ -5,7 +5,7 @@ longest length where attention and SSMs both ran (attention's FLOPs and time ove
 SSM's, strongest backends only: ssmbench.plots.go_no_go_table); which backend was fastest
 for each family at the longest length that family ran, per phase; and how the published
 claims fared.  Written as reStructuredText: the report shows it on its landing page and as
-the caption of the claims table.
+the caption of the claims table.  Beside it, tables/go_no_go.csv: the go/no-go table itself.
 """
 
 import pandas as pd
@@ -132,4 +132,8 @@ if "snakemake" in globals():  # run by the rule; importable by the tests
         out = snakemake.output.rst  # noqa: F821
         with open(out, "w") as f:
             f.write(verdict_rst(cells, claims))
-        from_snakemake(snakemake, outputs=[out], started=started)  # noqa: F821
+        from ssmbench.plots import go_no_go_table
+
+        table = snakemake.output.go_no_go  # noqa: F821
+        go_no_go_table(cells).to_csv(table, index=False, float_format="%.4g")
+        from_snakemake(snakemake, outputs=[out, table], started=started)  # noqa: F821

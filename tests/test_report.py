@@ -79,6 +79,9 @@ def test_verdict_is_read_off_the_tables(report):
     assert f"Of {len(claims)} published claim" in text
     for verdict, n in claims.verdict.value_counts().items():
         assert f"{n} {verdict}" in text
+    go_no_go = pd.read_csv(tables / "go_no_go.csv")
+    assert {"flop_ratio", "latency_ratio", "attention_backend", "ssm_backend"} <= set(go_no_go)
+    assert set(go_no_go.phase) == set(cells.phase)
     # on the landing page and as the claims table's caption
     assert report.read_text().count(f"planned {len(cells)} cells: {n_ok} ok") >= 2
 
@@ -93,6 +96,7 @@ def test_report_is_one_self_contained_page(report):
     )
     for figure in CI.figures:
         assert f"{figure}.png" in html, figure
+    assert "claims.csv" in html and "go_no_go.csv" in html  # the two tables
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)

@@ -41,7 +41,15 @@ rule verdict:
         claims=paths.table("{run}", "claims.csv"),
     output:
         rst=paths.table("{run}", "verdict.rst"),
-        prov=paths.prov(paths.table("{run}", "verdict.rst")),
+        go_no_go=report(
+            paths.table("{run}", "go_no_go.csv"),
+            caption="../report/go_no_go_table.rst",
+            category="go/no-go",
+        ),
+        prov=[
+            paths.prov(paths.table("{run}", name))
+            for name in ("verdict.rst", "go_no_go.csv")
+        ],
     log:
         "logs/{run}/verdict.log",
     conda:
