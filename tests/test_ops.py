@@ -332,3 +332,21 @@ def test_verify_backend_passes(model, backend):
     ops_run = {shape["op"] for shape in result["shapes"]}
     assert "block" in ops_run and ops_run - {"block"}, ops_run  # the operator was checked too
     json.dumps(result)  # JSON-serialisable
+
+
+@pytest.mark.parametrize(
+    "dtype, backend, device, row",
+    [
+        ("fp32", "fused", "cuda", "tf32"),  # tl.dot takes fp32 operands in TF32 on CUDA
+        ("fp32", "fused-graph", "cuda:1", "tf32"),
+        ("fp32", "fused", "cpu", "fp32"),  # the Triton interpreter computes in fp32
+        ("fp32", "torch", "cuda", "fp32"),  # PyTorch's fp32 matmuls stay IEEE by default
+        ("bf16", "fused", "cuda", "bf16"),
+    ],
+)
+def test_fp32_fused_kernels_on_cuda_are_judged_by_the_tf32_row(dtype, backend, device, row):
+    from ssmbench.numerics import TOLERANCES
+    from ssmbench.verify import tolerance_row
+
+    assert tolerance_row(dtype, backend, device) == row
+    assert TOLERANCES["fp32"] < TOLERANCES["tf32"] < TOLERANCES["bf16"]
