@@ -17,7 +17,7 @@ fastest per point), so that one claim reads our runs (``attention/fused``) and a
 imported from another study (their ``qwen25-instruct/hf``) alike.
 
 A metric never guesses: without the cells it needs it returns ``(None, why)``.  Imports
-pandas and yaml only.
+no torch.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import pandas as pd
 import yaml
 
 from ssmbench.config import REPO
+from ssmbench.tables import family_of
 
 CLAIMS = REPO / "config" / "claims.yaml"
 COLUMNS = [
@@ -74,15 +75,6 @@ def load(path: str | Path = CLAIMS) -> list[dict]:
     return claims
 
 
-def _family(cells: pd.DataFrame) -> pd.Series:
-    """Each row's family: its ``family`` where the table has one, else its ``model``."""
-    model = cells.model.astype(str)
-    if "family" not in cells:
-        return model
-    family = cells["family"].fillna("").astype(str)
-    return family.where(family != "", model)
-
-
 def _label(select: dict) -> str:
     backends = select.get("backend")
     backends = "|".join(backends) if isinstance(backends, list) else backends
@@ -100,7 +92,7 @@ def _ok(cells: pd.DataFrame, phase: str | None, select: dict) -> pd.DataFrame:
     if "model" in select:
         keep &= cells.model == select["model"]
     else:
-        keep &= _family(cells) == select["family"]
+        keep &= family_of(cells) == select["family"]
     backends = select["backend"] if isinstance(select["backend"], list) else [select["backend"]]
     keep &= cells.backend.isin(backends)
     for column in ("batch", "dtype"):

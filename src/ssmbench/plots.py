@@ -21,6 +21,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from ssmbench.tables import family_of  # noqa: E402
+
 FAMILY_COLORS = {
     "attention": "#d62728",
     "mamba": "#1f77b4",
@@ -1052,16 +1054,6 @@ def save(fig: plt.Figure, *paths: str | os.PathLike) -> None:
 RECURRENT_FAMILIES = ("mamba", "mamba2", "mamba3", "s4d", "deltanet")
 _MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 _DEFAULT_STYLE = dict(linestyle="-", marker=".")
-
-
-def family_of(table: pd.DataFrame) -> pd.Series:
-    """The family of each row: its ``family`` where the table has that column and the row a
-    value, else its ``model``."""
-    model = table.model.astype(str)
-    if "family" not in table:
-        return model
-    family = table["family"].fillna("").astype(str)
-    return family.where(family != "", model)
 
 
 def _smallest_batch(table: pd.DataFrame, batch=None) -> pd.DataFrame:

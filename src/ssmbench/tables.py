@@ -14,9 +14,20 @@ from pathlib import Path
 import pandas as pd
 import pandera.pandas as pa
 
-from ssmbench import claims
 from ssmbench.measure.profile import BUCKETS  # torch-free at import
 from ssmbench.records import STATUSES, CellRecord, read_record
+
+
+def family_of(table: pd.DataFrame) -> pd.Series:
+    """The family of each row: its ``family`` where the table has that column and the row a
+    value, else its ``model`` (an imported run keeps its own model names, such as
+    "qwen25-instruct", and names their families; our runs name models by family)."""
+    model = table.model.astype(str)
+    if "family" not in table:
+        return model
+    family = table["family"].fillna("").astype(str)
+    return family.where(family != "", model)
+
 
 KEYS = ["run", "model", "backend", "phase", "batch", "seq_len", "d_state", "dtype"]
 
@@ -299,6 +310,8 @@ def aggregate(
     cell_paths: Iterable[str], verify_paths: Iterable[str], run: str, ops_paths=()
 ) -> dict:
     """Read every record of a run and return its tables by file name."""
+    from ssmbench import claims  # which reads this module's family_of
+
     records = [read_record(p) for p in cell_paths]
     verify_records = []
     for p in verify_paths:
