@@ -234,3 +234,19 @@ def test_numbers_read_off_a_seed_table_match_that_table():
         assert claims.reference(claim) == pytest.approx(value(top) / value(bottom), rel=1e-3), (
             claim["id"]
         )
+
+
+def test_across_dtypes_each_side_runs_at_its_fastest_dtype():
+    rows = [
+        cell("mamba2", "fused", "prefill", 1024, 4.0),
+        cell("mamba2", "fused", "prefill", 1024, 9.0),
+        cell("attention", "fused", "prefill", 1024, 2.0),
+        cell("attention", "fused", "prefill", 1024, 5.0),
+    ]
+    cells = table(rows).assign(dtype=["bf16", "fp32", "bf16", "fp32"])
+    select = {"slow": {"family": "mamba2", "backend": "fused"}}
+    select["fast"] = {"family": "attention", "backend": "fused"}
+    ours, _, used = claims.latency_ratio(cells, **select, phase="prefill", same_dtype=False)
+    assert ours == pytest.approx(4.0 / 2.0)  # never 9.0 / 2.0 (fp32 against bf16)
+    same = claims.latency_ratio(cells, **select, phase="prefill")[0]
+    assert same == pytest.approx(max(4.0 / 2.0, 9.0 / 5.0))  # per dtype, the larger

@@ -123,12 +123,14 @@ def latency_ratio(
     same_dtype: bool = True,
 ) -> tuple[float | None, str, str]:
     """Median latency of ``slow`` over ``fast`` on the (batch, T) points both ran (at one
-    dtype unless ``same_dtype`` is false, for models published in their own dtypes): the
-    largest ratio over them, as "up to" claims state it; ``longest``: at the longest such
-    T; ``max_len``: T <= max_len only; ``at_len``: at that T only.  Returns (ratio or
-    None, why, the cells used)."""
+    dtype, unless ``same_dtype`` is false: then each side at its fastest dtype, for models
+    published in their own dtypes): the largest ratio over them, as "up to" claims state
+    it; ``longest``: at the longest such T; ``max_len``: T <= max_len only; ``at_len``: at
+    that T only.  Returns (ratio or None, why, the cells used)."""
     a, b = _ok(cells, phase, slow), _ok(cells, phase, fast)
     keys = ["batch", "seq_len"] + (["dtype"] if same_dtype else [])
+    if not same_dtype:  # each side at its fastest dtype per point
+        a, b = (t.sort_values("time_ms_median").drop_duplicates(keys) for t in (a, b))
     both = a.merge(b, on=keys, suffixes=("_slow", "_fast"))
     where = ""
     if max_len is not None:
