@@ -9,7 +9,9 @@ for Mamba-2/3, d_inner 512 for Mamba-1, 256 channels for S4D, d_state 16).  Timi
 medians of interleaved samples after a warm-up, all in this one process, so the ratios
 compare like with like on a shared, noisy machine.  The matmul rate is a 2048^3 fp32
 GEMM timed in the same rounds as each family's samples.  Prints one line per family,
-then `min_speedup=<x>`.
+then one line per ``--ssd-chunks`` size (the chunked SSD's matmul share at that chunk
+size: the chunk trades quadratic work inside chunks against work between them), then
+`min_speedup=<x>`.
 """
 
 from __future__ import annotations
@@ -108,6 +110,13 @@ def main() -> None:
     parser.add_argument(
         "--compile", action="store_true", help="also time torch.compile of torch (slow to build)"
     )
+    parser.add_argument(
+        "--ssd-chunks",
+        type=int,
+        nargs="*",
+        default=[128],
+        help="also time the chunked SSD (mamba2 torch) at these chunk sizes, for its matmul share",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cpu = plan(load(overrides={"preset": "cpu"}))
@@ -144,6 +153,23 @@ def main() -> None:
                     if args.compile
                     else ""
                 )
+            )
+        # The chunk size trades quadratic work inside chunks against work between them: the
+        # SSD's share of the matmul rate at other chunk sizes than the speed-up's
+        for chunk in args.ssd_chunks:
+            sized = dataclasses.replace(size, chunk=chunk)
+            run, flop = op_inputs("mamba2", args.seq_len, sized, 16, gen)
+            run("torch"), a @ b  # warm-up
+            times = {"torch": [], "matmul": []}
+            for _ in range(args.samples):
+                times["torch"].append(time_once_ms(run, "torch"))
+                times["matmul"].append(time_once_ms(lambda _: a @ b, "matmul"))
+            fast, mm = (statistics.median(times[k]) for k in ("torch", "matmul"))
+            gflops, peak = flop / fast / 1e6, matmul_flop / mm / 1e6
+            print(
+                f"{'ssd':10s} T={args.seq_len} chunk={chunk:<4d} torch_ms={fast:8.2f} "
+                f"torch_gflops={gflops:6.1f} matmul_gflops={peak:6.1f} "
+                f"of_matmul={gflops / peak:6.1%}"
             )
     print(f"min_speedup={min(speedups):.1f}")
 
