@@ -7,7 +7,9 @@ Operators at T = --seq-len, batch 1, fp32, with the shapes of the `cpu` preset's
 (d_model 256, expand 2, 4 heads x 64 for attention and the delta rule, 8 SSM heads of 64
 for Mamba-2/3, d_inner 512 for Mamba-1, 256 channels for S4D, d_state 16).  Timings are
 medians of interleaved samples after a warm-up, all in this one process, so the ratios
-compare like with like on a shared, noisy machine.  The matmul rate is a 2048^3 fp32
+compare like with like on a shared, noisy machine; freed memory stays in the process
+(``--host-allocator retain``, as in the presets), so no sample pays page faults that
+another did not.  The matmul rate is a 2048^3 fp32
 GEMM timed in the same rounds as each family's samples.  Prints one line per family,
 then one line per ``--ssd-chunks`` size (the chunked SSD's matmul share at that chunk
 size: the chunk trades quadratic work inside chunks against work between them), then
@@ -25,6 +27,7 @@ import torch
 
 from ssmbench import counts, ops
 from ssmbench.config import load, plan
+from ssmbench.measure.allocator import POLICIES, set_host_allocator
 
 FAMILIES = ("attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet")
 
@@ -111,6 +114,12 @@ def main() -> None:
         "--compile", action="store_true", help="also time torch.compile of torch (slow to build)"
     )
     parser.add_argument(
+        "--host-allocator",
+        choices=POLICIES,
+        default="retain",
+        help="malloc policy, as the presets' timing.host_allocator (ssmbench.measure.allocator)",
+    )
+    parser.add_argument(
         "--ssd-chunks",
         type=int,
         nargs="*",
@@ -118,6 +127,7 @@ def main() -> None:
         help="also time the chunked SSD (mamba2 torch) at these chunk sizes, for its matmul share",
     )
     args = parser.parse_args()
+    allocator = set_host_allocator(args.host_allocator)
     torch.set_num_threads(args.threads)
     cpu = plan(load(overrides={"preset": "cpu"}))
     size = cpu.size if args.chunk is None else dataclasses.replace(cpu.size, chunk=args.chunk)
@@ -126,6 +136,7 @@ def main() -> None:
     a, b = matmul_inputs()
     matmul_flop = 2 * a.shape[0] ** 3
     print(f"threads={args.threads} chunk={size.chunk} matmul=2048^3 fp32, timed beside each family")
+    print(f"host allocator: {allocator}")
     speedups = []
     with torch.inference_mode():
         for family in args.families:

@@ -44,6 +44,7 @@ def test_ok_cell_has_samples_counts_and_measured_sizes():
     assert r.weights_bytes == c.weights_bytes and r.cache_bytes == c.cache_bytes
     assert r.cache_bytes_analytic == c.cache_bytes
     assert r.verify["status"] == "passed" and r.threads == 1
+    assert r.host_allocator.startswith("glibc, freed memory kept")  # TIMING's default: retain
     # the memory split adds up, measured from the allocator's events
     assert r.memory_method == "cpu_profiler_memory_events"
     assert r.peak_bytes == r.weights_bytes + r.cache_bytes + r.activations_bytes

@@ -61,6 +61,16 @@ def test_timeout_shorter_than_the_sampling_minimum_is_refused():
         sbconfig.plan(c)
 
 
+def test_host_allocator_defaults_to_retain_and_is_checked():
+    c = cfg(preset="ci")
+    assert sbconfig.plan(c).timing.host_allocator == "retain"
+    c["presets"]["ci"]["timing"]["host_allocator"] = "system"
+    assert sbconfig.plan(c).timing.host_allocator == "system"
+    c["presets"]["ci"]["timing"]["host_allocator"] = "jemalloc"
+    with pytest.raises(sbconfig.ConfigError, match="jemalloc"):
+        sbconfig.plan(c)
+
+
 def test_auto_picks_gpu_when_cuda_and_run_override():
     assert sbconfig.plan(cfg(), cuda=True).preset == "gpu"
     assert sbconfig.plan(cfg(preset="ci", run="mine")).run == "mine"

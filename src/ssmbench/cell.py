@@ -323,9 +323,11 @@ def profile_cell(
     raise (a cell that cannot run has no profile)."""
     import torch
 
+    from ssmbench.measure.allocator import set_host_allocator
     from ssmbench.measure.profile import profile_ops
 
     c = spec.cell
+    set_host_allocator(spec.timing.host_allocator)
     _set_threads(threads)
     model, x = _model_and_input(spec)
     work = phase_work(c, model, x)
@@ -389,10 +391,12 @@ def _measure_into(
 
     import torch
 
+    from ssmbench.measure.allocator import set_host_allocator
     from ssmbench.measure.energy import EnergyMeter, clock_drop, gpu_clocks
     from ssmbench.measure.memory import measure_peak, tensor_bytes
     from ssmbench.measure.timing import measure
 
+    record.host_allocator = set_host_allocator(spec.timing.host_allocator)
     record.threads = _set_threads(threads)
     record.load_avg_1m = os.getloadavg()[0]  # another busy process skews CPU timings
     record.device_name = device_name(spec.device)

@@ -72,6 +72,8 @@ class Timing:
     most ``target_spread`` (0: no spread target), or until ``max_samples`` or
     ``max_time_s``.  ``timeout_s`` bounds the whole cell: a cell that has not taken
     ``min_samples`` samples by then is a ``timeout`` and keeps the samples it took.
+    ``host_allocator`` is the measuring process's malloc policy: ``retain`` (freed memory
+    kept, as on GPUs) or ``system`` (:mod:`ssmbench.measure.allocator`).
     """
 
     warmup: int
@@ -82,6 +84,7 @@ class Timing:
     warmup_s: float = 0.0
     target_spread: float = 0.0
     timeout_s: float | None = None
+    host_allocator: str = "retain"  # ssmbench.measure.allocator
 
 
 @dataclass(frozen=True, order=True)

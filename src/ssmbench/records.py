@@ -39,6 +39,7 @@ class CellRecord:
     reason: str = ""
     device_name: str = ""
     threads: int | None = None
+    host_allocator: str = ""  # the process's malloc policy (ssmbench.measure.allocator)
     load_avg_1m: float | None = None  # the host's 1-minute load average before measuring
     seed: int = 0
     # timing: every sample kept, in milliseconds

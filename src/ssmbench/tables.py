@@ -66,6 +66,7 @@ CELL_COLUMNS = KEYS + [
     "sm_clock_after_mhz",
     "clock_drop",
     "threads",
+    "host_allocator",
     "load_avg_1m",
     "measure_s",
     "git_commit",
@@ -125,6 +126,7 @@ CELLS_SCHEMA = pa.DataFrameSchema(
         "sm_clock_after_mhz": _float(),
         "clock_drop": pa.Column(float, nullable=True, coerce=True),  # 1.0 / 0.0 / empty
         "threads": _float(),
+        "host_allocator": pa.Column(str, nullable=True, coerce=True, required=False),
         "load_avg_1m": _float(),
         "measure_s": _float(),
         "git_commit": pa.Column(str, nullable=True, coerce=True),
@@ -272,6 +274,7 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
             "energy_method",
             "energy_reason",
             "family",
+            "host_allocator",
         )
         df = pd.read_csv(path, dtype={c: object for c in text_columns})
         for col in text_columns:
