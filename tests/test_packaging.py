@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,11 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (REPO / ".ci" / "run").read_text()
     readme = (REPO / "README.md").read_text()
     assert readme.index("make reproduce") < readme.index("make test") < 1200
+
+
+def test_no_script_shadows_a_standard_library_module():
+    """``python scripts/x.py`` puts scripts/ first on sys.path: a scripts/profile.py made
+    torch.compile's ``import profile`` run the profile rule's script instead."""
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    shadowing = [p.name for p in scripts.glob("*.py") if p.stem in sys.stdlib_module_names]
+    assert not shadowing, shadowing

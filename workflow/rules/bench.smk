@@ -46,4 +46,4 @@ rule profile:
         timing=vars(PLAN.timing),
         seed=PLAN.seed,
     script:
-        "../../scripts/profile.py"
+        "../../scripts/profile_cell.py"
