@@ -61,12 +61,9 @@ def fastest_sentences(cells: pd.DataFrame) -> list[str]:
 
 
 def _span(values: pd.Series, fmt: str = "{:.2f}") -> str:
-    low, high = values.min(), values.max()
-    return (
-        fmt.format(low)
-        if fmt.format(low) == fmt.format(high)
-        else f"{fmt.format(low)}-{fmt.format(high)}"
-    )
+    """ "low-high" of ``values`` in ``fmt``, or one number when both ends print alike."""
+    low, high = fmt.format(values.min()), fmt.format(values.max())
+    return low if low == high else f"{low}-{high}"
 
 
 def go_no_go_sentences(cells: pd.DataFrame) -> list[str]:
