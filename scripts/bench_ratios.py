@@ -5,15 +5,22 @@ and how much of the machine's matmul rate each `torch` operator reaches; one run
 
 Operators at T = --seq-len, batch 1, fp32, with the shapes of the `cpu` preset's block
 (d_model 256, expand 2, 4 heads x 64 for attention and the delta rule, 8 SSM heads of 64
-for Mamba-2/3, d_inner 512 for Mamba-1, 256 channels for S4D, d_state 16).  Timings are
-medians of interleaved samples after a warm-up, all in this one process, so the ratios
-compare like with like on a shared, noisy machine; freed memory stays in the process
-(``--host-allocator retain``, as in the presets), so no sample pays page faults that
-another did not.  The matmul rate is a 2048^3 fp32
-GEMM timed in the same rounds as each family's samples.  Prints one line per family,
-then one line per ``--ssd-chunks`` size (the chunked SSD's matmul share at that chunk
-size: the chunk trades quadratic work inside chunks against work between them), then
-`min_speedup=<x>`.
+for Mamba-2/3, d_inner 512 for Mamba-1, 256 channels for S4D, d_state 16).  All in this
+one process, in rounds that interleave the backends, so the ratios compare like with
+like on a shared, noisy machine; freed memory stays in the process (``--host-allocator
+retain``, as in the presets), so no sample pays page faults that another did not.
+
+Each round calls each backend twice in a row and times both calls.  The second, *warm*
+call is the one the ratios use: a cell of the workflow times back-to-back calls after
+its warm-up, so its operator finds its buffers and weights in cache as that call does.
+The first, *cold* call follows the other backends' calls (a naive loop of 10^2 ms, a
+2048^3 GEMM), which have evicted the caches; its medians are printed as well, since a
+fast operator can lose a fifth of its speed-up to that.  The matmul rate is the warm
+2048^3 fp32 GEMM of the same rounds.
+
+Prints one line per family, then one line per ``--ssd-chunks`` size (the chunked SSD's
+matmul share at that chunk size: the chunk trades quadratic work inside chunks against
+work between them), then `min_speedup=<x>` (warm).
 """
 
 from __future__ import annotations
@@ -98,6 +105,13 @@ def time_once_ms(run, backend: str) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+def time_round(run, backend: str, times: dict, cold: dict) -> None:
+    """Two calls of ``backend`` in a row: the first's ms goes to ``cold``, the second's
+    to ``times`` (see the module docstring)."""
+    cold[backend].append(time_once_ms(run, backend))
+    times[backend].append(time_once_ms(run, backend))
+
+
 def matmul_inputs(n: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(1)
     return torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
@@ -145,11 +159,13 @@ def main() -> None:
             for be in (*backends, "matmul"):  # warm-up (and compilation)
                 a @ b if be == "matmul" else run(be)
             times = {be: [] for be in (*backends, "matmul")}
+            cold = {be: [] for be in (*backends, "matmul")}
             for _ in range(args.samples):  # interleaved: all see the same machine
                 for be in backends:
-                    times[be].append(time_once_ms(run, be))
-                times["matmul"].append(time_once_ms(lambda _: a @ b, "matmul"))
+                    time_round(run, be, times, cold)
+                time_round(lambda _: a @ b, "matmul", times, cold)
             ms = {be: statistics.median(t) for be, t in times.items()}
+            cold_ms = {be: statistics.median(t) for be, t in cold.items()}
             naive, fast = ms["naive"], ms["torch"]
             gflops = flop / fast / 1e6
             peak = matmul_flop / ms["matmul"] / 1e6
@@ -164,6 +180,8 @@ def main() -> None:
                     if args.compile
                     else ""
                 )
+                + f" | cold: naive_ms={cold_ms['naive']:9.2f} torch_ms={cold_ms['torch']:8.2f}"
+                f" speedup={cold_ms['naive'] / cold_ms['torch']:6.1f}x"
             )
         # The chunk size trades quadratic work inside chunks against work between them: the
         # SSD's share of the matmul rate at other chunk sizes than the speed-up's
@@ -172,15 +190,17 @@ def main() -> None:
             run, flop = op_inputs("mamba2", args.seq_len, sized, 16, gen)
             run("torch"), a @ b  # warm-up
             times = {"torch": [], "matmul": []}
+            cold = {"torch": [], "matmul": []}
             for _ in range(args.samples):
-                times["torch"].append(time_once_ms(run, "torch"))
-                times["matmul"].append(time_once_ms(lambda _: a @ b, "matmul"))
+                time_round(run, "torch", times, cold)
+                time_round(lambda _: a @ b, "matmul", times, cold)
             fast, mm = (statistics.median(times[k]) for k in ("torch", "matmul"))
             gflops, peak = flop / fast / 1e6, matmul_flop / mm / 1e6
             print(
                 f"{'ssd':10s} T={args.seq_len} chunk={chunk:<4d} torch_ms={fast:8.2f} "
                 f"torch_gflops={gflops:6.1f} matmul_gflops={peak:6.1f} "
-                f"of_matmul={gflops / peak:6.1%}"
+                f"of_matmul={gflops / peak:6.1%} "
+                f"| cold: torch_ms={statistics.median(cold['torch']):8.2f}"
             )
     print(f"min_speedup={min(speedups):.1f}")
 
