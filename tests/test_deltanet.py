@@ -184,12 +184,48 @@ def test_delta_rule_strong_decay_stays_finite():
         assert_close(f"final_state[{backend}]", ref_state, final, "fp32")
 
 
-@pytest.mark.parametrize("gate", GATES)
-@pytest.mark.parametrize("shape", [(2, 37, 2, 6, 5), (1, 1, 1, 4, 3)], ids=shape_id)
-def test_delta_rule_torch_gradients_match_naive(shape, gate):
+def steep_chunks(g: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Whether each (chunk, head) of g ``(1, t, h)`` decays by more than e^60 in total,
+    the chunks whose in-chunk decays the torch backend builds exactly."""
+    pad = -g.shape[1] % chunk_size
+    totals = F.pad(g[0], (0, 0, 0, pad)).unflatten(0, (-1, chunk_size)).sum(1)  # (c h)
+    return totals < -60
+
+
+def test_delta_rule_mixed_steep_chunks():
+    """Chunks that forget within themselves (total log-decay below -60) beside chunks that
+    do not, in one call: every backend still equals the reference."""
+    q, k, v, beta, g, state = delta_inputs((1, 150, 3, 8, 8), seed=9, decay_scale=15.0)
+    steep = steep_chunks(g, 16)
+    assert steep.any() and not steep.all(), steep  # the inputs exercise both paths
+    ref_o, ref_state = reference(q, k, v, beta, g, state)
+    for backend in BACKENDS:
+        o, final = ops.delta_rule(
+            q, k, v, beta, g=g, initial_state=state, chunk_size=16, backend=backend
+        )
+        assert_close(f"o[{backend}]", ref_o, o, "fp32")
+        assert_close(f"final_state[{backend}]", ref_state, final, "fp32")
+
+
+@pytest.mark.parametrize(
+    "shape, gate, decay_scale",
+    [
+        ((2, 37, 2, 6, 5), "gated", 1.0),
+        ((2, 37, 2, 6, 5), "plain", 1.0),
+        ((2, 37, 2, 6, 5), "gated", 30.0),  # steep and gentle chunks mixed
+        ((1, 1, 1, 4, 3), "gated", 1.0),
+        ((1, 1, 1, 4, 3), "plain", 1.0),
+    ],
+    ids=lambda v: shape_id(v) if isinstance(v, tuple) else str(v),
+)
+def test_delta_rule_torch_gradients_match_naive(shape, gate, decay_scale):
     """fp64: autograd through the chunked form == autograd through the loop, for random
     upstream gradients on o and the final state, with respect to every input."""
-    leaves = [x for x in delta_inputs(shape, gate, seed=6, dtype=torch.float64) if x is not None]
+    inputs = delta_inputs(shape, gate, seed=6, dtype=torch.float64, decay_scale=decay_scale)
+    if decay_scale > 1:
+        steep = torch.cat([steep_chunks(g[None], 8) for g in inputs[4]])
+        assert steep.any() and not steep.all(), steep
+    leaves = [x for x in inputs if x is not None]
     names = ["q", "k", "v", "beta", *(["g"] if gate == "gated" else []), "initial_state"]
     gen = torch.Generator().manual_seed(7)
     b, t, h, dk, dv = shape

@@ -163,7 +163,9 @@ def delta_rule_naive(
 
 # exp(x) for x below about -87 underflows float32 to denormals or zero, which CPU vectorised
 # exp handles on a slow scalar path (about 30x slower); exp(-60) = 9e-27 is already nothing
-# next to O(1) terms in float32 or float64, so exponents are clamped there.
+# next to O(1) terms in float32 or float64, so exponents are clamped there.  The same
+# bound keeps both factors of the in-chunk decays (Gamma_l and 1 / Gamma_s, see
+# _chunks_forward) within float32's normal range, and so their products.
 _LOG_FLOOR = -60.0
 
 
@@ -211,24 +213,35 @@ def _chunks_forward(
         o ``(c, n, l, v)`` and the state leaving the last chunk ``(n, k, v)``.
     """
     C = q.shape[2]
-    kk = k @ k.transpose(-1, -2)  # k_l^T k_s, (c n l s)
-    scores = q @ k.transpose(-1, -2)  # q_l^T k_s, (c n l s)
-    causal = torch.ones(C, C, dtype=q.dtype, device=q.device).tril()  # (l s): s <= l
     if gamma is None:
-        A = kk  # (c n l s)
-        scores = scores * causal  # Q K^T * L with L = 1 on s <= l
+        A = k @ k.transpose(-1, -2)  # k_l^T k_s, (c n l s)
+        scores = (q @ k.transpose(-1, -2)).tril_()  # Q K^T * L with L = 1 on s <= l
         k_in, k_out = -k, k  # k_in is negated: see W below
         chunk_decay = None
     else:
-        # L_ls = exp(gamma_l - gamma_s) on s <= l.  With g <= 0 the exponent is <= 0 there
-        # and >= 0 above the diagonal, where it could overflow: clamped to 0, then masked.
-        log_decay = gamma[..., :, None] - gamma[..., None, :]  # (c n l s)
-        decay = _exp(log_decay, max=0.0) * causal  # L, (c n l s)
-        A = kk * decay  # (c n l s)
-        scores = scores * decay  # Q K^T * L
+        # L_ls = exp(gamma_l - gamma_s) = Gamma_l / Gamma_s on s <= l is rank one: Gamma_l
+        # scales the rows' operand and 1 / Gamma_s the columns', so the matmuls apply L
+        # and no (c, n, l, s) decay matrix is built.  Both factors stay within
+        # e^+-LOG_FLOOR; a chunk whose total decay is steeper (a head that forgets within
+        # the chunk) gets its two products again from the exact L.
         gamma_exp = _exp(gamma)[..., None]  # Gamma_l, (c n l 1)
-        q = q * gamma_exp  # diag(Gamma) Q
-        k_in = k * -gamma_exp  # -diag(Gamma) K (negated: see W below)
+        q_gamma = q * gamma_exp  # diag(Gamma) Q
+        k_gamma = k * gamma_exp  # diag(Gamma) K
+        k_inv_t = (k * _exp(-gamma, max=-_LOG_FLOOR)[..., None]).transpose(-1, -2)  # (c n k s)
+        A = k_gamma @ k_inv_t  # k_l^T k_s L_ls, (c n l s); the solve reads only s < l
+        scores = q_gamma @ k_inv_t  # q_l^T k_s L_ls, (c n l s); masked below
+        steep = gamma[..., -1] < _LOG_FLOOR  # (c n)
+        if steep.any():
+            ic, i_n = steep.nonzero(as_tuple=True)  # j (chunk, head) pairs
+            gamma_j = gamma[ic, i_n]  # (j l)
+            causal = torch.ones(C, C, dtype=q.dtype, device=q.device).tril()  # (l s): s <= l
+            decay_j = _exp(gamma_j[:, :, None] - gamma_j[:, None, :], max=0.0) * causal
+            k_j_t = k[ic, i_n].transpose(-1, -2)  # (j k s)
+            A[ic, i_n] = (k[ic, i_n] @ k_j_t) * decay_j  # (j l s)
+            scores[ic, i_n] = (q[ic, i_n] @ k_j_t) * decay_j  # (j l s)
+        scores = scores.tril_()  # Q K^T * L, s <= l
+        q = q_gamma
+        k_in = -k_gamma  # -diag(Gamma) K (negated: see W below)
         k_out = k * _exp(gamma[..., -1:] - gamma)[..., None]  # diag(Gamma_C / Gamma) K
         chunk_decay = gamma_exp[:, :, -1:]  # Gamma_C, (c n 1 1)
 
@@ -248,7 +261,8 @@ def _chunks_forward(
     # per chunk, S_C = M S_0 + N with M = Gamma_C I - K_out^T W and N = K_out^T U~
     # (K_out = diag(Gamma_C / Gamma) K): both are batched matmuls over every chunk at
     # once, which leaves one small matmul per chunk for the loop; (4) then runs batched
-    # once every chunk's S_0 is known
+    # once every chunk's S_0 is known.  Without autograd each step writes its state
+    # straight into the tensor of all of them (``out=`` records no graph)
     k_out_t = k_out.transpose(-1, -2)  # (c n k l)
     N = k_out_t @ u_tilde  # (c n k v)
     M = k_out_t @ w  # (c n k k), -K_out^T W, fresh: the diagonal is set in place below
@@ -256,12 +270,19 @@ def _chunks_forward(
         M.diagonal(dim1=-2, dim2=-1).add_(1.0)
     else:
         M.diagonal(dim1=-2, dim2=-1).add_(chunk_decay[..., 0])  # + Gamma_C I
-    chunk_states = []
-    for c in range(q.shape[0]):
-        chunk_states.append(state)
-        state = torch.baddbmm(N[c], M[c], state)  # (6), (n k v)
-    chunk_states = torch.stack(chunk_states)  # S_0 per chunk, (c n k v)
-    S0 = chunk_states.flatten(0, 1)  # (c*n k v)
+    n_chunks = q.shape[0]
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (M, N, state)):
+        states = [state]
+        for c in range(n_chunks):
+            states.append(torch.baddbmm(N[c], M[c], states[-1]))  # (6), (n k v)
+        states = torch.stack(states)  # (c+1 n k v)
+    else:
+        states = state.new_empty(n_chunks + 1, *state.shape)  # (c+1 n k v)
+        states[0] = state
+        for c in range(n_chunks):
+            torch.baddbmm(N[c], M[c], states[c], out=states[c + 1])  # (6)
+    S0 = states[:-1].flatten(0, 1)  # S_0 per chunk, (c*n k v)
+    state = states[-1].clone()  # the state leaving the last chunk, in its own storage
     new_values = torch.baddbmm(u_tilde.flatten(0, 1), w.flatten(0, 1), S0)  # (4) U = U~ - W S_0
 
     # (5): every chunk's outputs at once, (Q K^T * L) U + diag(Gamma) Q S_0
