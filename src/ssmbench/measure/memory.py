@@ -24,7 +24,12 @@ Limits of the CPU method, each checked in torch 2.13:
   NumPy arrays);
 - a free of a tensor allocated before the call is not reported (the reporter never saw its
   size), so a call that frees its inputs reads higher than on CUDA, where that free lowers
-  the running total.
+  the running total;
+- the reporter keeps the size of a block allocated under a memory profiler until the block
+  is freed under one: a block freed after its profiler ended leaves its size behind, and a
+  later block at the same address has its free reported with that stale size.  A cell
+  process profiles memory once, so its measurement starts from an empty table; a process
+  that profiled memory before (a test session) can read a free of older memory.
 """
 
 from __future__ import annotations
