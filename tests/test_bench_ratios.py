@@ -44,3 +44,16 @@ def test_one_line_per_family_with_its_ratios(output):
 
 def test_ssd_line_at_each_chunk(output):
     assert sum(bool(SSD.match(line)) for line in output) == 1, output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--families", "mamba4"], "argument --families: invalid choice: 'mamba4'"),
+        (["--samples", "0"], "argument --samples: must be a positive integer, not 0"),
+    ],
+)
+def test_bad_arguments_are_named(args, message):
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_ratios.py"), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
