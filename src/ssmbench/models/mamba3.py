@@ -286,7 +286,10 @@ def mamba3_torch(
     # 2. the trapezoid as one weighted input plus a diagonal correction
     gamma = lam * dt  # (b t h)
     ahead = F.pad((1 - lam[:, 1:]) * dt[:, 1:], (0, 0, 0, 1))  # e_t: next beta / alpha, (b t h)
-    diagonal = -ahead * (C_rot * B_rot).sum(-1)  # -e_t C~_t . B~_t, (b t h)
+    # -e_t C~_t . B~_t: C~_t and B~_t turn by the same angles, which keep their dot product,
+    # so C_t . B_t of a group serves each of its heads (head i reads group i // (h / g))
+    dot = (C * B).sum(-1).repeat_interleave(h // B.shape[-2], dim=-1)  # C_t . B_t, (b t h)
+    diagonal = -ahead * dot  # (b t h)
     if D is not None:
         diagonal = diagonal + D  # the skip D x_t
     beta0 = (1 - lam[:, 0]) * dt[:, 0]  # beta_0 / alpha_0, (b h)
