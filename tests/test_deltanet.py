@@ -170,20 +170,6 @@ def test_delta_rule_zero_log_decay_is_plain_deltanet():
         assert_close(f"final_state[{backend}]", plain[1], gated[1], "fp32")
 
 
-def test_delta_rule_strong_decay_stays_finite():
-    """Log-decays of up to -40 per token: the decays underflow to zero inside a chunk
-    (exp of cumulative log-decays down to about -1300); nothing overflows.  (Far stronger
-    ones lose float32 precision in the cumulative sum: see delta_rule_torch.)"""
-    q, k, v, beta, g, state = delta_inputs((1, 150, 2, 8, 8), seed=5, decay_scale=80.0)
-    ref_o, ref_state = reference(q, k, v, beta, g, state)
-    for backend in BACKENDS:
-        o, final = ops.delta_rule(
-            q, k, v, beta, g=g, initial_state=state, chunk_size=64, backend=backend
-        )
-        assert_close(f"o[{backend}]", ref_o, o, "fp32")
-        assert_close(f"final_state[{backend}]", ref_state, final, "fp32")
-
-
 def steep_chunks(g: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """Whether each (chunk, head) of g ``(1, t, h)`` decays by more than e^60 in total,
     the chunks whose in-chunk decays the torch backend builds exactly."""
@@ -192,16 +178,31 @@ def steep_chunks(g: torch.Tensor, chunk_size: int) -> torch.Tensor:
     return totals < -60
 
 
-def test_delta_rule_mixed_steep_chunks():
-    """Chunks that forget within themselves (total log-decay below -60) beside chunks that
-    do not, in one call: every backend still equals the reference."""
-    q, k, v, beta, g, state = delta_inputs((1, 150, 3, 8, 8), seed=9, decay_scale=15.0)
-    steep = steep_chunks(g, 16)
-    assert steep.any() and not steep.all(), steep  # the inputs exercise both paths
+@pytest.mark.parametrize(
+    "shape, seed, decay_scale, chunk_size, steep",
+    [((1, 150, 2, 8, 8), 5, 80.0, 64, "all"), ((1, 150, 3, 8, 8), 9, 15.0, 16, "some")],
+    ids=["every-chunk-steep", "steep-and-gentle-chunks"],
+)
+def test_delta_rule_strong_decays(shape, seed, decay_scale, chunk_size, steep):
+    """Strong decays: every backend still equals the reference.
+
+    - every chunk steep: log-decays of up to -40 per token, so the decays underflow to zero
+      inside a chunk (exp of cumulative log-decays down to about -1300) and nothing
+      overflows.  (Far stronger ones lose float32 precision in the cumulative sum: see
+      delta_rule_torch.)
+    - chunks that forget within themselves (total log-decay below -60) beside chunks that
+      do not, in one call: the two ways the torch backend builds in-chunk decays.
+    """
+    q, k, v, beta, g, state = delta_inputs(shape, seed=seed, decay_scale=decay_scale)
+    is_steep = steep_chunks(g, chunk_size)
+    if steep == "all":
+        assert is_steep.all(), is_steep
+    else:  # the inputs exercise both paths
+        assert is_steep.any() and not is_steep.all(), is_steep
     ref_o, ref_state = reference(q, k, v, beta, g, state)
     for backend in BACKENDS:
         o, final = ops.delta_rule(
-            q, k, v, beta, g=g, initial_state=state, chunk_size=16, backend=backend
+            q, k, v, beta, g=g, initial_state=state, chunk_size=chunk_size, backend=backend
         )
         assert_close(f"o[{backend}]", ref_o, o, "fp32")
         assert_close(f"final_state[{backend}]", ref_state, final, "fp32")
