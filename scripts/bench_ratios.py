@@ -35,6 +35,7 @@ import torch
 from ssmbench import counts, ops
 from ssmbench.config import load, plan
 from ssmbench.measure.allocator import POLICIES, set_host_allocator
+from ssmbench.scripting import positive_int
 
 FAMILIES = ("attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet")
 
@@ -112,14 +113,6 @@ def time_round(run, backend: str, times: dict, cold: dict) -> None:
     times[backend].append(time_once_ms(run, backend))
 
 
-def positive(text: str) -> int:
-    """An argparse type: a positive integer."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {value}")
-    return value
-
-
 def matmul_inputs(n: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(1)
     return torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
@@ -127,11 +120,11 @@ def matmul_inputs(n: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seq-len", type=positive, default=4096)
-    parser.add_argument("--samples", type=positive, default=5, help="rounds per family")
-    parser.add_argument("--threads", type=positive, default=2)
+    parser.add_argument("--seq-len", type=positive_int, default=4096)
+    parser.add_argument("--samples", type=positive_int, default=5, help="rounds per family")
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
-    parser.add_argument("--chunk", type=positive, help="chunk size (default: the cpu preset's)")
+    parser.add_argument("--chunk", type=positive_int, help="chunk size (default: the cpu preset's)")
     parser.add_argument(
         "--compile", action="store_true", help="also time torch.compile of torch (slow to build)"
     )
@@ -143,7 +136,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--ssd-chunks",
-        type=positive,
+        type=positive_int,
         nargs="*",
         default=[128],
         help="also time the chunked SSD (mamba2 torch) at these chunk sizes, for its matmul share",

@@ -50,7 +50,7 @@ def test_ssd_line_at_each_chunk(output):
     "args, message",
     [
         (["--families", "mamba4"], "argument --families: invalid choice: 'mamba4'"),
-        (["--samples", "0"], "argument --samples: must be a positive integer, not 0"),
+        (["--samples", "0"], "argument --samples: must be a positive integer, got 0"),
     ],
 )
 def test_bad_arguments_are_named(args, message):

@@ -17,6 +17,7 @@ import sys
 from ssmbench import config as sbconfig
 from ssmbench.cell import CellSpec, cap_address_space, run_cell, run_verify
 from ssmbench.records import write_record
+from ssmbench.scripting import positive_int
 
 # The same names as ssmbench.models.FAMILIES, without importing torch for --help.
 FAMILIES = ["attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid"]
@@ -45,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     cell = sub.add_parser("cell", help="verify, then measure one cell and print its record")
     common(cell)
     cell.add_argument("--phase", default="prefill", choices=["prefill", "decode", "train"])
-    cell.add_argument("--batch", type=_positive, default=1)
-    cell.add_argument("--seq-len", type=_positive, required=True)
-    cell.add_argument("--d-state", type=_positive, default=16)
-    cell.add_argument("--threads", type=_positive, help="CPU threads (default: all cores)")
+    cell.add_argument("--batch", type=positive_int, default=1)
+    cell.add_argument("--seq-len", type=positive_int, required=True)
+    cell.add_argument("--d-state", type=positive_int, default=16)
+    cell.add_argument("--threads", type=positive_int, help="CPU threads (default: all cores)")
     cell.add_argument("--no-verify", action="store_true", help="time without verifying first")
     cell.add_argument(
         "--mem-limit-gb",
@@ -99,13 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(json.dumps(record.to_dict(), indent=1))
     return 0 if record.status == "ok" else 1
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 if __name__ == "__main__":

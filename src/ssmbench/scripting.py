@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import shutil
@@ -57,3 +58,11 @@ def copy_workflow(dest: Path, precollected: bool = True) -> Path:
         if child.name != "precollected" or not precollected:
             shutil.rmtree(child)
     return Path(dest)
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a positive integer, or a usage error that names the value."""
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
