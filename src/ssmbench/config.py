@@ -26,6 +26,15 @@ NO_STATE = {"attention", "deltanet"}
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2}
 
+# The decode step of a backend captured once in a CUDA graph and timed as replays
+# (ssmbench.cell): its model is built with the base backend, whose verification it reuses.
+GRAPH_BACKENDS = {"torch-graph": "torch", "fused-graph": "fused"}
+
+
+def verified_backend(backend: str) -> str:
+    """The backend whose verify record a cell of ``backend`` needs: a graph backend's base."""
+    return GRAPH_BACKENDS.get(backend, backend)
+
 
 class ConfigError(ValueError):
     """A config the workflow refuses to run; the message names the key and the value."""
@@ -140,10 +149,20 @@ class Plan:
     mem_mb: int = 8000
     cpu_mem_limit_gb: float | None = None
     precollected_dir: str = "results/precollected"
+    # the (model, backend) pairs verified: graph backends reuse their base's verification
     pairs: tuple[tuple[str, str], ...] = field(default=())
     profiled: frozenset[Cell] = field(default=frozenset())
     calibrate_quick: bool = False
     import_ssm_scope: str | None = None
+    # the cells the run's answer rests on, scheduled first (preset key `headline`)
+    headline: frozenset[Cell] = field(default=frozenset())
+    # finish a stopped run from the records it left (config key `partial`)
+    partial: bool = False
+
+    @property
+    def headline_pairs(self) -> frozenset[tuple[str, str]]:
+        """The (model, backend) pairs whose verification the headline cells wait for."""
+        return frozenset((c.model, verified_backend(c.backend)) for c in self.headline)
 
     def figure_cells(self, figure: str) -> list[Cell]:
         """The cells a figure draws: for a figure of the ops table, the profiled ones."""
@@ -187,6 +206,19 @@ def cuda_available() -> bool:
     if forced in ("cpu", "cuda"):
         return forced == "cuda"
     return Path("/proc/driver/nvidia/version").exists()
+
+
+def visible_gpus() -> int:
+    """How many GPUs this process may use, judged without importing torch: the devices
+    ``CUDA_VISIBLE_DEVICES`` lists when it is set, else the driver's GPU folders under
+    /proc/driver/nvidia/gpus; 1 when neither says (a cuda preset needs one anyway)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        count = len([d for d in listed.split(",") if d.strip() and d.strip() != "-1"])
+    else:
+        gpus = Path("/proc/driver/nvidia/gpus")
+        count = len(list(gpus.iterdir())) if gpus.is_dir() else 0
+    return max(count, 1)
 
 
 def expand_sweep(sweep: dict) -> list[Cell]:
@@ -237,6 +269,9 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
             f"config key presets.{name}.timing.timeout_s: {t['timeout_s']} is less than "
             f"min_time_s={t['min_time_s']}"
         )
+    headline = frozenset(
+        c for c in cells if any(_selects(s, c) for s in preset.get("headline", ()))
+    )
     figures = {
         fig: FigureSpec(
             fig,
@@ -267,8 +302,27 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         calibrate_quick=preset.get("calibrate_quick", False),
         import_ssm_scope=config.get("import_ssm_scope"),
         precollected_dir=config.get("precollected_dir", "results/precollected"),
-        pairs=tuple(sorted({(c.model, c.backend) for c in cells})),
+        pairs=tuple(sorted({(c.model, verified_backend(c.backend)) for c in cells})),
+        headline=headline,
+        partial=config.get("partial", False),
     )
+
+
+# a headline selector's keys -> the cell's axis they filter
+_SELECTOR_AXES = {
+    "models": "model",
+    "backends": "backend",
+    "phases": "phase",
+    "batch": "batch",
+    "seq_len": "seq_len",
+    "dtype": "dtype",
+}
+
+
+def _selects(selector: dict, cell: Cell) -> bool:
+    """Whether ``cell`` matches every axis that ``selector`` (a preset's headline entry)
+    names."""
+    return all(getattr(cell, _SELECTOR_AXES[key]) in values for key, values in selector.items())
 
 
 def _check_figure(preset: str, spec: FigureSpec, cells: list[Cell]) -> None:

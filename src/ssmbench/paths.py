@@ -13,7 +13,11 @@ CELL = "results/{run}/cells/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_st
 PROFILE = "results/{run}/profile/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}"
 OPS = PROFILE + ".ops.csv"
 TRACE = PROFILE + ".trace.json.gz"
+BENCH_LOG = "logs/{run}/bench/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log"
 DEVICE = "results/{run}/device.json"
+PREWARM = "results/{run}/prewarm/{model}/{backend}-{dtype}.json"
+# caches a run's jobs share (Triton's kernels and autotuning results): not results
+CACHE = ".cache/{run}/{name}"
 TABLE = "results/{run}/tables/{table}"
 FIGURE_TABLE = "results/{run}/tables/figures/{figure}.csv"
 FIGURE = "figures/{run}/{figure}.{ext}"
@@ -54,6 +58,11 @@ def _cell_path(pattern: str, run: str, cell) -> str:
     )
 
 
+def bench_log(run: str, cell) -> str:
+    """The log of a cell's bench job: it exists once the job has started."""
+    return _cell_path(BENCH_LOG, run, cell)
+
+
 def ops(run: str, cell) -> str:
     """The operator profile (ops.csv rows) of a profiled cell."""
     return _cell_path(OPS, run, cell)
@@ -62,6 +71,15 @@ def ops(run: str, cell) -> str:
 def trace(run: str, cell) -> str:
     """The gzipped Chrome trace of a profiled cell."""
     return _cell_path(TRACE, run, cell)
+
+
+def prewarm(run: str, model: str, backend: str, dtype: str) -> str:
+    """What the prewarm job of (model, backend, dtype) ran before the run's cells."""
+    return PREWARM.format(run=run, model=model, backend=backend, dtype=dtype)
+
+
+def cache(run: str, name: str) -> str:
+    return CACHE.format(run=run, name=name)
 
 
 def device(run: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import platform
 import re
@@ -157,6 +158,24 @@ def write_sidecars(
         write_json_atomic(sidecar, {"output": str(path), **common})
         sidecars.append(sidecar)
     return sidecars
+
+
+def vouched(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists and its sidecar, written after it was complete, records its
+    exact bytes: an output without one (its job was killed or is still running) or changed
+    since does not count as finished."""
+    path = Path(path)
+    sidecar = Path(prov(str(path)))
+    if not (path.is_file() and sidecar.is_file()):
+        return False
+    try:
+        outputs = json.loads(sidecar.read_text())["outputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if not isinstance(outputs, dict):
+        return False
+    recorded = {str(Path(p).resolve()): digest for p, digest in outputs.items()}
+    return recorded.get(str(path.resolve())) == sha256(path)
 
 
 def from_snakemake(snakemake, outputs: list[str] | None = None, **kwargs) -> list[str]:

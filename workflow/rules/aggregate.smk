@@ -13,7 +13,7 @@ rule aggregate:
         cells=run_cells,
         verify=run_verify_records,
         ops=run_ops,
-        device=device_input,
+        device=device_input_finished,
         claims="config/claims.yaml",
     output:
         cells_csv=paths.table("{run}", "cells.csv"),
@@ -31,6 +31,11 @@ rule aggregate:
         "logs/{run}/aggregate.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        # partial=True: the planned cells that left no finished record become rows too
+        planned=planned_cells,
+        size=vars(PLAN.size),
+        device=PLAN.device,
     script:
         "../../scripts/aggregate.py"
 

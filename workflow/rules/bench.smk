@@ -1,17 +1,17 @@
 rule bench:
     input:
-        verify=verify_input,
-        device=device_input,
+        unpack(bench_input),
     output:
         record=paths.CELL,
         prov=paths.prov(paths.CELL),
     log:
-        "logs/{run}/bench/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log",
+        paths.BENCH_LOG,
     conda:
         "../../envs/bench.yaml"
     threads: BENCH_THREADS
     resources:
         **BENCH_RESOURCES,
+    priority: bench_priority
     params:
         run=RUN,
         cell=cell_params,
@@ -38,6 +38,7 @@ rule profile:
     threads: BENCH_THREADS
     resources:
         **BENCH_RESOURCES,
+    priority: PRIORITY["profile"][1]
     params:
         run=RUN,
         cell=profiled_cell_params,
@@ -47,3 +48,29 @@ rule profile:
         seed=PLAN.seed,
     script:
         "../../scripts/profile_cell.py"
+
+
+rule prewarm:
+    input:
+        verify=verify_input,
+    output:
+        record=paths.PREWARM,
+        prov=paths.prov(paths.PREWARM),
+    log:
+        "logs/{run}/prewarm/{model}/{backend}-{dtype}.log",
+    conda:
+        "../../envs/bench.yaml"
+    threads: BENCH_THREADS
+    resources:
+        **BENCH_RESOURCES,
+    priority: prewarm_priority
+    params:
+        run=RUN,
+        cells=prewarm_cells,
+        device=PLAN.device,
+        size=vars(PLAN.size),
+        timing=vars(PLAN.timing),
+        seed=PLAN.seed,
+        budget_s=PLAN.timing.timeout_s or 300,
+    script:
+        "../../scripts/prewarm.py"

@@ -9,6 +9,7 @@ rule calibrate:
     threads: BENCH_THREADS
     resources:
         **BENCH_RESOURCES,
+    priority: PRIORITY["calibrate"]
     params:
         device=PLAN.device,
         dtypes=sorted({c.dtype for c in PLAN.cells}),

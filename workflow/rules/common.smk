@@ -9,7 +9,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from ssmbench import paths  # noqa: E402
-from ssmbench.config import Cell, ConfigError, plan, precollected_runs  # noqa: E402
+from ssmbench.config import (  # noqa: E402
+    Cell,
+    ConfigError,
+    plan,
+    precollected_runs,
+    verified_backend,
+    visible_gpus,
+)
+from ssmbench.prewarm import PREWARM_BACKENDS, prewarm_groups  # noqa: E402
+from ssmbench.provenance import vouched  # noqa: E402
 
 try:
     PLAN = plan(config)
@@ -34,13 +43,36 @@ LIVE = PLAN.source == "live"
 if LIVE:
     config["report_verdict"] = paths.table(RUN, "verdict.rst")
 CUDA = PLAN.device == "cuda"
-# A CPU measurement owns every core, so nothing runs beside it; a GPU cell owns its card.
+# A CPU measurement owns every core, so nothing runs beside it; a GPU job (calibrate,
+# verify, prewarm, bench, profile) holds one `gpu`, and the run has as many as there are
+# visible GPUs (`--resources gpu=N` sets another number): one GPU job per card at a time,
+# so no timing, clock or energy reading is shared with another job.
 BENCH_THREADS = (workflow.cores or os.cpu_count() or 1) if not CUDA else 1
 BENCH_RESOURCES = dict(
     mem_mb=PLAN.mem_mb,
     runtime=5 + math.ceil(2 * PLAN.timing.max_time_s / 60),
     gpu=1 if CUDA else 0,
 )
+if CUDA and "gpu" not in workflow.global_resources:
+    workflow.global_resources["gpu"] = visible_gpus()
+
+# Triton compiles and autotunes a kernel once per process unless told to keep both on
+# disk: one cache for all of the run's jobs, with autotuning results kept, so a `prewarm`
+# job pays them before the cells and no cell pays them inside its timings or timeout.
+# (torch.compile's Inductor caches are on disk by default, in /tmp/torchinductor_<user>.)
+os.environ.setdefault("TRITON_CACHE_DIR", str(Path(paths.cache(RUN, "triton")).resolve()))
+os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
+
+# The order a run measures in (Snakemake's `priority`): calibration, the verification and
+# prewarming the headline cells need, the headline cells, then the rest; a run stopped
+# at its budget has measured what its answer rests on first.
+PRIORITY = {
+    "calibrate": 100,
+    "verify": (90, 50),  # (headline, other)
+    "prewarm": (85, 45),
+    "bench": (80, 10),
+    "profile": (0, 0),
+}
 
 
 wildcard_constraints:
@@ -97,8 +129,52 @@ def device_input(wildcards):
 
 
 def verify_input(wildcards):
+    """The verify record a cell or profile waits for: a graph backend reuses its base's."""
     live_run(wildcards.run)
-    return paths.verify_record(wildcards.run, wildcards.model, wildcards.backend)
+    backend = verified_backend(wildcards.backend)
+    return paths.verify_record(wildcards.run, wildcards.model, backend)
+
+
+def bench_input(wildcards):
+    """verify, device and, for a backend with per-process JIT costs on a GPU, the prewarm
+    record of its (model, backend, dtype)."""
+    inputs = {"verify": verify_input(wildcards), "device": device_input(wildcards)}
+    backend = verified_backend(wildcards.backend)
+    if (wildcards.model, backend, wildcards.dtype) in PREWARM:
+        inputs["prewarm"] = paths.prewarm(
+            wildcards.run, wildcards.model, backend, wildcards.dtype
+        )
+    return inputs
+
+
+# (model, backend, dtype) -> the cells a prewarm job runs once each (cuda presets only)
+PREWARM = prewarm_groups(PLAN.cells) if CUDA else {}
+
+
+def prewarm_cells(wildcards):
+    key = (wildcards.model, wildcards.backend, wildcards.dtype)
+    if key not in PREWARM:
+        raise ValueError(
+            f"no prewarm job for {key}: preset {PLAN.preset!r} runs none "
+            f"(backends {list(PREWARM_BACKENDS)} on a cuda preset)"
+        )
+    return [vars(c) for c in PREWARM[key]]
+
+
+def headline_pair(wildcards):
+    return (wildcards.model, wildcards.backend) in PLAN.headline_pairs
+
+
+def verify_priority(wildcards):
+    return PRIORITY["verify"][0 if headline_pair(wildcards) else 1]
+
+
+def prewarm_priority(wildcards):
+    return PRIORITY["prewarm"][0 if headline_pair(wildcards) else 1]
+
+
+def bench_priority(wildcards):
+    return PRIORITY["bench"][0 if planned_cell(wildcards) in PLAN.headline else 1]
 
 
 def run_dtypes(wildcards):
@@ -106,19 +182,36 @@ def run_dtypes(wildcards):
     return sorted({c.dtype for c in PLAN.cells if (c.model, c.backend) == pair})
 
 
+def finished(files):
+    """``files``, or with ``partial=True`` (finishing a stopped run) only those that exist
+    and whose provenance sidecar vouches for their bytes: a half-written or unfinished
+    output never counts, and nothing missing is scheduled."""
+    return [f for f in files if vouched(f)] if PLAN.partial else files
+
+
 def run_cells(wildcards):
     run = live_run(wildcards.run)
-    return [paths.cell_record(run, c) for c in PLAN.cells]
+    return finished([paths.cell_record(run, c) for c in PLAN.cells])
 
 
 def run_ops(wildcards):
     run = live_run(wildcards.run)
-    return [paths.ops(run, c) for c in sorted(PLAN.profiled)]
+    return finished([paths.ops(run, c) for c in sorted(PLAN.profiled)])
 
 
 def run_verify_records(wildcards):
     run = live_run(wildcards.run)
-    return [paths.verify_record(run, m, b) for m, b in PLAN.pairs]
+    return finished([paths.verify_record(run, m, b) for m, b in PLAN.pairs])
+
+
+def device_input_finished(wildcards):
+    return finished([device_input(wildcards)])
+
+
+def planned_cells(wildcards):
+    """Every cell of the plan, for ``partial=True``: those without a finished record
+    become not_run (or failed) rows."""
+    return [vars(c) for c in PLAN.cells] if PLAN.partial else []
 
 
 def figure_spec(wildcards):
@@ -136,7 +229,7 @@ def figure_cells(wildcards):
     if spec.table == "claims":  # the run's claims table, made by aggregate
         return [paths.table(run, "claims.csv")]
     path = paths.cell_record if spec.table == "cells" else paths.ops
-    return [path(run, c) for c in PLAN.figure_cells(wildcards.figure)]
+    return finished([path(run, c) for c in PLAN.figure_cells(wildcards.figure)])
 
 
 def figure_table(wildcards):

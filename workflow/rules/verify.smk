@@ -9,6 +9,7 @@ rule verify:
     threads: BENCH_THREADS
     resources:
         **BENCH_RESOURCES,
+    priority: verify_priority
     params:
         device=PLAN.device,
         dtypes=run_dtypes,

@@ -14,7 +14,7 @@ import importlib
 
 import torch
 
-from ssmbench.config import Size
+from ssmbench.config import GRAPH_BACKENDS, Size
 from ssmbench.models.common import ResidualStack
 
 FAMILIES = ("attention", "mamba", "s4d", "mamba2", "mamba3", "deltanet", "hybrid")
@@ -23,9 +23,7 @@ FAMILIES = ("attention", "mamba", "s4d", "mamba2", "mamba3", "deltanet", "hybrid
 # "fused" runs the ecosystem's tuned kernels (models.fused) where a family has them.
 BACKENDS = ("naive", "torch")
 ALL_BACKENDS = (*BACKENDS, "compile", "fused")
-# The decode step of a backend captured once in a CUDA graph and timed as replays
-# (ssmbench.cell); a model is built with the base backend, GRAPH_BACKENDS[name].
-GRAPH_BACKENDS = {"torch-graph": "torch", "fused-graph": "fused"}
+# GRAPH_BACKENDS (ssmbench.config): the decode step of a base backend in a CUDA graph
 DTYPES = {
     "fp64": torch.float64,
     "fp32": torch.float32,
