@@ -1,15 +1,24 @@
-"""Rule aggregate: a run's records -> cells.csv/.parquet, samples.parquet, verify.csv."""
+"""Rule aggregate: a run's records -> cells.csv/.parquet, samples.parquet, verify.csv.
+
+With ``partial=True`` (finishing a stopped run, ssmbench.finish) the planned cells that
+left no finished record are rows too: not_run, or failed when their job started."""
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
+from ssmbench.config import Cell
+from ssmbench.finish import unfinished_records
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
 from ssmbench.tables import aggregate, write_tables
 
 with logged(snakemake):
     started = now()
+    run, p = snakemake.wildcards.run, snakemake.params
+    extra = unfinished_records(
+        run, [Cell(**c) for c in p.planned], snakemake.input.cells, p.size, p.device
+    )
     tables = aggregate(
-        snakemake.input.cells, snakemake.input.verify, snakemake.wildcards.run, snakemake.input.ops
+        snakemake.input.cells, snakemake.input.verify, run, snakemake.input.ops, extra
     )
     outputs = {name: path for name, path in snakemake.output.items() if name != "prov"}
     write_tables(tables, {path.rsplit("/", 1)[1]: path for path in outputs.values()})

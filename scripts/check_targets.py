@@ -28,7 +28,10 @@ def main() -> None:
     parser.add_argument("--results", default="results", help="folder of runs (or precollected)")
     args = parser.parse_args()
     tables = Path(args.results) / args.run / "tables"
-    cells = read_cells(tables / "cells.csv")
+    try:
+        cells = read_cells(tables / "cells.csv")
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"no targets: {e}") from None
     ops = read_ops(tables / "ops.csv") if (tables / "ops.csv").is_file() else None
 
     speedups = graph_speedups(cells, batch=1)

@@ -1,28 +1,95 @@
 #!/usr/bin/env bash
-# Run the benchmark on a rented GPU machine with no internet, and collect what it made.
+# Run the benchmark on a rented GPU machine with no internet, within a time budget, and
+# always bring its data home.
 #
-#   scripts/gpu_check.sh DEST [PRESET]        (PRESET defaults to h200)
+#   scripts/gpu_check.sh DEST [PRESET] [--budget-s N] [--reserve-s R] [--lock-clocks]
 #
+# PRESET defaults to h200 (`lease` is sized for one command of about ten minutes).
 # 1. Installs what the machine lacks (snakemake, papermill, mamba_ssm, fla, ...) from the
-#    wheels in .whl/ (made by `make wheels` on a machine with internet), offline, into a
-#    virtual environment that sees the system's torch, triton, numpy and pandas.
-# 2. Runs the workflow on PRESET (calibration, verification, every cell, figures).
-# 3. Writes to DEST: ssmbench-<run>.tar.gz (tables, records, verify records, device.json,
-#    operator profiles, figures and every provenance sidecar), traces-<run>.tar.gz (the
-#    Chrome traces), cells.csv, targets.txt (scripts/check_targets.py) and summary.txt,
-#    the table this script prints last.
-# On a CPU-only machine it runs the same way (PRESET=ci tests it there).
-set -euo pipefail
+#    wheels in .whl/ (made by `make wheels` on a machine with internet), offline, so that
+#    the machine's own torch, triton, numpy and pandas stay the ones used.
+# 2. Prints the plan: jobs and estimated seconds (python -m ssmbench plan).
+# 3. Runs the workflow on PRESET, headline cells first (Snakemake priorities), one GPU
+#    job at a time.  With --budget-s N the whole script keeps to N seconds: at N - R
+#    (R = --reserve-s, default 90) the run is stopped, as on SIGTERM; a failed job does
+#    not stop the others.
+# 4. A run that did not finish is finished from what it left (snakemake --config
+#    partial=True: records whose provenance vouches for them; cells never reached are
+#    not_run with reason budget): tables, verdict, then the figures there is time for.
+# 5. Packs everything into DEST as at most 8 flat files of at most 16 MiB (ssmbench.pack:
+#    ssmbench-<run>.tar.gz, traces-<run>.tar.gz, cells.csv, summary.txt, targets.txt,
+#    gpu_check.log, manifest.txt) and prints the summary table last.
+# --lock-clocks locks the GPU's clocks for the run and restores them at the end (only
+# where the machine's owner allows it); every record says whether they were locked.
+# On a CPU-only machine it runs the same way (PRESET=ci rehearses it there).
+set -uo pipefail
 
-DEST=${1:?usage: scripts/gpu_check.sh DEST [PRESET]}
-PRESET=${2:-h200}
+usage="usage: scripts/gpu_check.sh DEST [PRESET] [--budget-s N] [--reserve-s R] [--lock-clocks]"
+DEST="" PRESET="" BUDGET_S="" RESERVE_S=90 LOCK_CLOCKS=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --budget-s) BUDGET_S=${2:?$usage}; shift 2 ;;
+        --reserve-s) RESERVE_S=${2:?$usage}; shift 2 ;;
+        --lock-clocks) LOCK_CLOCKS=1; shift ;;
+        -h|--help) echo "$usage"; exit 0 ;;
+        -*) echo "error: unknown option $1; $usage" >&2; exit 2 ;;
+        *) if [ -z "$DEST" ]; then DEST=$1; elif [ -z "$PRESET" ]; then PRESET=$1;
+           else echo "error: unexpected argument $1; $usage" >&2; exit 2; fi; shift ;;
+    esac
+done
+[ -n "$DEST" ] || { echo "error: DEST is missing; $usage" >&2; exit 2; }
+PRESET=${PRESET:-h200}
+for n in ${BUDGET_S:+"$BUDGET_S"} "$RESERVE_S"; do
+    [[ "$n" =~ ^[0-9]+$ ]] || { echo "error: --budget-s and --reserve-s take whole seconds, got $n" >&2; exit 2; }
+done
+if [ -n "$BUDGET_S" ] && [ "$BUDGET_S" -le "$RESERVE_S" ]; then
+    echo "error: --budget-s $BUDGET_S leaves nothing after --reserve-s $RESERVE_S" >&2; exit 2
+fi
+START=$(date +%s)
 RUN=${RUN:-$PRESET}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 mkdir -p "$DEST"
 DEST=$(cd "$DEST" && pwd)
+LOG="$DEST/gpu_check.log"
+: > "$LOG"
+exec > >(tee -a "$LOG") 2>&1  # everything below is also in DEST/gpu_check.log
+TEE_PID=$!
 
-echo "== ssm-bench gpu_check: preset=$PRESET run=$RUN dest=$DEST"
+STOPPED=""      # why the run was stopped early: budget, sigterm
+SNAKE_PID=""
+elapsed() { echo $(( $(date +%s) - START )); }
+stop_run() {    # stop scheduling: Snakemake and every job it started
+    [ -n "$SNAKE_PID" ] && kill -0 "$SNAKE_PID" 2>/dev/null || return 0
+    kill -TERM -- "-$SNAKE_PID" 2>/dev/null
+    for _ in $(seq 20); do kill -0 "$SNAKE_PID" 2>/dev/null || return 0; sleep 1; done
+    kill -KILL -- "-$SNAKE_PID" 2>/dev/null
+}
+on_signal() { STOPPED=${STOPPED:-sigterm}; echo "== $1 after $(elapsed) s: stopping the run"; stop_run; }
+trap 'on_signal SIGTERM' TERM
+trap 'on_signal SIGINT' INT
+
+# Runs "$@" as its own process group, stopped at the deadline (epoch seconds, or empty).
+run_until() {
+    local deadline=$1; shift
+    setsid "$@" &
+    SNAKE_PID=$!
+    while kill -0 "$SNAKE_PID" 2>/dev/null; do
+        if [ -n "$deadline" ] && [ "$(date +%s)" -ge "$deadline" ]; then
+            STOPPED=${STOPPED:-budget}
+            echo "== budget: stopping the run after $(elapsed) s"
+            stop_run
+            break
+        fi
+        sleep 1
+    done
+    wait "$SNAKE_PID" 2>/dev/null
+    local status=$?
+    SNAKE_PID=""
+    return $status
+}
+
+echo "== ssm-bench gpu_check: preset=$PRESET run=$RUN dest=$DEST budget=${BUDGET_S:-none} s"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no nvidia-smi: CPU run"
 
 # 1. the environment: the system's packages, plus the wheels for what is missing
@@ -68,16 +135,51 @@ PYEOF
 
 # 2. the run; a failed job must not lose what the others measured
 status=0
-"$PY" -m snakemake --cores all --keep-going --config preset="$PRESET" run="$RUN" || status=$?
 
-# 3. what goes home
-tar czf "$DEST/ssmbench-$RUN.tar.gz" --exclude='*.trace.json.gz' \
-    "results/$RUN" $( [ -d "figures/$RUN" ] && echo "figures/$RUN" ) $( [ -d "logs/$RUN" ] && echo "logs/$RUN" )
-if compgen -G "results/$RUN/profile/*" >/dev/null; then
-    find "results/$RUN/profile" -name '*.trace.json.gz' -print0 | tar czf "$DEST/traces-$RUN.tar.gz" --null -T -
+# 2. the plan, by arithmetic (ssmbench.budget)
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's package
+"$PY" -m ssmbench plan --preset "$PRESET" --run "$RUN" \
+    || { echo "error: preset $PRESET cannot be planned" >&2; exit 2; }
+
+if [ "$LOCK_CLOCKS" = 1 ]; then
+    if "$PY" -m ssmbench clocks lock; then
+        export SSMBENCH_CLOCKS_LOCKED=1
+        trap '"$PY" -m ssmbench clocks restore' EXIT
+    else
+        echo "== clocks not locked: the run measures them as they are"
+    fi
 fi
+
+# 3. the run, under the budget; a failed job must not lose what the others measured
+DEADLINE=""
+[ -n "$BUDGET_S" ] && DEADLINE=$(( START + BUDGET_S - RESERVE_S ))
+CONFIG=(preset="$PRESET" run="$RUN")
+status=0
+run_until "$DEADLINE" "$PY" -m snakemake --cores all --keep-going --config "${CONFIG[@]}" || status=$?
+echo "== run ended after $(elapsed) s: snakemake exit status $status${STOPPED:+, stopped: $STOPPED}"
+
+# 4. a run that did not finish: tables and figures from what it left, nothing measured
+if [ "$status" -ne 0 ] || [ -n "$STOPPED" ]; then
+    "$PY" -m snakemake --unlock --config "${CONFIG[@]}" >/dev/null 2>&1
+    FINISH_BY=""
+    [ -n "$BUDGET_S" ] && FINISH_BY=$(( START + BUDGET_S - 20 ))  # 20 s left to pack
+    echo "== finishing from the records that exist (partial=True)"
+    run_until "$FINISH_BY" "$PY" -m snakemake --cores all --keep-going --rerun-triggers mtime \
+        --allowed-rules aggregate verdict figure_table figure all \
+        --config "${CONFIG[@]}" partial=True || echo "== finishing ended with status $?"
+fi
+
+# 5. what goes home
+"$PY" scripts/summary.py "$RUN" > "$DEST/summary.txt" 2>&1
+"$PY" scripts/check_targets.py "$RUN" > "$DEST/targets.txt" 2>&1
 [ -f "results/$RUN/tables/cells.csv" ] && cp "results/$RUN/tables/cells.csv" "$DEST/cells.csv"
-"$PY" scripts/check_targets.py "$RUN" | tee "$DEST/targets.txt" || true
-"$PY" scripts/summary.py "$RUN" | tee "$DEST/summary.txt"
-echo "== snakemake exit status $status; outputs in $DEST"
+echo "== packing into $DEST after $(elapsed) s"
+"$PY" -m ssmbench pack "$DEST" --run "$RUN" \
+    --extra "$LOG" "$DEST/summary.txt" "$DEST/targets.txt" "$DEST/cells.csv"
+cat "$DEST/targets.txt"
+echo "== snakemake exit status $status${STOPPED:+ (stopped: $STOPPED)}; $(elapsed) s; outputs in $DEST"
+cat "$DEST/summary.txt"
+exec >&- 2>&-
+wait "$TEE_PID" 2>/dev/null  # the log is complete before the script returns
+[ -n "$STOPPED" ] && exit 0  # stopped on purpose: what it measured is in DEST
 exit $status

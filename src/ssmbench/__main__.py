@@ -2,6 +2,8 @@
 
     python -m ssmbench cell --model mamba --backend torch --seq-len 2048
     python -m ssmbench verify --model attention --backend naive
+    python -m ssmbench plan --preset lease      # jobs and estimated seconds
+    python -m ssmbench pack DEST --run lease    # a run's outputs as a few files
 
 ``cell`` verifies the backend first (as the workflow does), then measures the cell with the
 size and timing budget of a preset (``--preset``, default ``cpu``) and prints its record as
@@ -63,7 +65,28 @@ def main(argv: list[str] | None = None) -> int:
     verify = sub.add_parser("verify", help="check a backend against the float64 reference")
     common(verify)
 
+    plan = sub.add_parser("plan", help="a preset's jobs with estimated seconds (ssmbench.budget)")
+    plan.add_argument("--preset", default="auto")
+    plan.add_argument("--run", help="the run's name (default: the preset's)")
+    plan.add_argument("--jobs", action="store_true", help="also list every job")
+
+    pack = sub.add_parser("pack", help="pack a run's outputs into a few files (ssmbench.pack)")
+    pack.add_argument("dest")
+    pack.add_argument("--run", required=True)
+    pack.add_argument("--extra", nargs="*", default=[], help="files to send as they are")
+
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return _print_plan(args)
+    if args.command == "pack":
+        from ssmbench.pack import pack as pack_run
+
+        packed = pack_run(args.dest, args.run, extra=args.extra)
+        for path in packed.files:
+            print(f"   {path.name:40s} {path.stat().st_size:>10d} bytes")
+        for note in packed.left_out:
+            print(f"   left out: {note}")
+        return 0
     preset = _preset(args.preset)
     device = args.device or preset["device"]
 
@@ -100,6 +123,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(json.dumps(record.to_dict(), indent=1))
     return 0 if record.status == "ok" else 1
+
+
+def _print_plan(args) -> int:
+    from ssmbench import budget
+
+    overrides = {"preset": args.preset, **({"run": args.run} if args.run else {})}
+    try:
+        plan = sbconfig.plan(sbconfig.load(overrides=overrides))
+    except sbconfig.ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
+    print(budget.describe(plan))
+    if args.jobs:
+        for job in budget.jobs(plan):
+            print(f"  {job.rule:10s} {job.seconds:7.1f} s  {job.name}")
+    return 0
 
 
 if __name__ == "__main__":

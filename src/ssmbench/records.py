@@ -17,7 +17,7 @@ import jsonschema
 
 from ssmbench.config import REPO
 
-STATUSES = ("ok", "oom", "unavailable", "timeout", "failed")
+STATUSES = ("ok", "oom", "unavailable", "timeout", "failed", "not_run")
 SCHEMA = REPO / "workflow" / "schemas" / "record.schema.json"
 SCHEMA_VERSION = 2
 

@@ -310,12 +310,13 @@ def read_ops(path: str | os.PathLike) -> pd.DataFrame:
 
 
 def aggregate(
-    cell_paths: Iterable[str], verify_paths: Iterable[str], run: str, ops_paths=()
+    cell_paths: Iterable[str], verify_paths: Iterable[str], run: str, ops_paths=(), extra=()
 ) -> dict:
-    """Read every record of a run and return its tables by file name."""
+    """Read every record of a run and return its tables by file name; ``extra`` records
+    (the rows of cells a stopped run left unmeasured, ssmbench.finish) join them."""
     from ssmbench import claims  # which reads this module's family_of
 
-    records = [read_record(p) for p in cell_paths]
+    records = [read_record(p) for p in cell_paths] + list(extra)
     verify_records = []
     for p in verify_paths:
         with open(p) as f:

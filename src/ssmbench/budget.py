@@ -1,0 +1,197 @@
+"""What a run will cost, by arithmetic: a plan of its jobs with estimated seconds.
+
+A rented GPU is lent by the minute, often one command of about ten minutes at a time, so
+a preset meant for such a lease (``lease``) is sized before it runs, from a cost model
+written down here, and ``scripts/gpu_check.sh`` prints the plan before it starts.  The
+jobs of one device run one after another (each GPU job holds the card's one ``gpu``
+resource; each CPU cell takes every core), so the run's time is the sum of its jobs'
+times, plus the local jobs at the end (tables and figures), which run side by side.
+
+One job costs (:class:`Costs`, seconds):
+
+- every job: ``start_s``, Snakemake starting a Python process that imports torch and
+  the package, plus ``cuda_init_s`` for the first CUDA call (the context) on a GPU;
+- ``calibrate``: ``calibrate_s`` (copy and GEMM repeats, ssmbench.measure.ceilings);
+- ``verify``: ``verify_s`` (small shapes, eager), plus ``jit_s`` for a backend whose
+  kernels Triton compiles in that process (the first process to compile them; later
+  processes load them from the run's Triton cache);
+- ``prewarm``: ``build_s`` and ``shape_s`` per shape it runs (autotuning at the cell's
+  shape: the configurations are compiled already, each is timed);
+- a bench cell: ``build_s`` (the model and its input; for decode also the prefill that
+  fills the cache), the timing budget itself: ``warmup_s`` and at most ``max_time_s`` of
+  samples (the sampler stops there whatever the spread), the energy window where the
+  samples take less than it (ssmbench.measure.energy), ``compile_s`` for a compile cell;
+- a profile job: ``build_s`` and ``profile_s`` (warm-up, three profiled calls, the trace);
+- ``aggregate_s`` once, and ``figure_s`` per figure over ``parallel`` figures at a time.
+
+The CPU figures were measured on this project's 2-core development VM (see
+``CPU_COSTS``); the CUDA figures are estimates for a 16-core H200 host, stated with their
+reasons beside them, until a lease measures them: ``scripts/summary.py`` prints the
+estimate and the measured time of every job class after a run, so the first real run
+corrects them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from ssmbench.config import Cell, Plan
+from ssmbench.prewarm import prewarm_groups
+
+# families whose fused kernels Triton compiles in the process that first runs them (the
+# hybrid's are Mamba-2's; attention's FlashAttention kernels ship compiled; S4D has none)
+JIT_FAMILIES = {
+    "mamba": "mamba",
+    "mamba2": "mamba2",
+    "hybrid": "mamba2",
+    "mamba3": "mamba3",
+    "deltanet": "deltanet",
+}
+# the energy reading needs a loop at least this long (NVML's counter updates every
+# 20-100 ms; ssmbench.measure.energy keeps calling until its window is this long)
+ENERGY_WINDOW_S = 1.0
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds per job class (see the module docstring)."""
+
+    start_s: float
+    cuda_init_s: float
+    calibrate_s: float
+    verify_s: float
+    jit_s: float
+    build_s: float
+    shape_s: float
+    compile_s: float
+    profile_s: float
+    aggregate_s: float
+    figure_s: float
+    parallel: int  # local jobs (figures) side by side
+
+
+# Measured on the 2-core development VM (ci preset, 2026-12-01): a job's process start
+# (import torch and ssmbench) 2.1-2.9 s; the rest from the jobs' logs of a ci run.
+CPU_COSTS = Costs(
+    start_s=3.0,
+    cuda_init_s=0.0,
+    calibrate_s=2.0,
+    verify_s=4.0,
+    jit_s=0.0,
+    build_s=0.3,
+    shape_s=0.5,
+    compile_s=30.0,
+    profile_s=1.0,
+    aggregate_s=4.0,
+    figure_s=6.0,
+    parallel=1,
+)
+
+# Estimates for one H200 on a 16-core host (not yet measured; replace with a lease's
+# numbers): process start as the VM's less the slower disk and cores (2.5 s); CUDA context
+# creation on an H200 with a recent driver about 1 s; calibration's 51 GEMMs of 8192^3 per
+# dtype and 51 copies of 1 GiB take under 2 s of device time, plus warm-up (1 s per
+# measurement); verify's eager checks run small shapes, a few seconds of Python; Triton
+# compiles one kernel configuration in about 0.5-1 s, and an autotuned kernel family
+# (mamba_ssm's SSD, fla's gated delta rule: 5-10 kernels, several configurations each)
+# in 20-40 s the first time (30 s taken); autotuning at a new shape times each cached
+# configuration (about 2 s a shape); a cold torch.compile of a block 20-60 s (40 s).
+CUDA_COSTS = Costs(
+    start_s=2.5,
+    cuda_init_s=1.0,
+    calibrate_s=8.0,
+    verify_s=3.0,
+    jit_s=30.0,
+    build_s=0.7,
+    shape_s=2.0,
+    compile_s=40.0,
+    profile_s=2.0,
+    aggregate_s=8.0,
+    figure_s=5.0,
+    parallel=8,
+)
+
+
+@dataclass(frozen=True)
+class Job:
+    rule: str
+    name: str
+    seconds: float
+
+
+def costs_for(device: str) -> Costs:
+    return CUDA_COSTS if device == "cuda" else CPU_COSTS
+
+
+def cell_seconds(plan: Plan, c: Cell, costs: Costs) -> float:
+    """A bench cell's estimate: start-up, build, warm-up, the sampling budget, the energy
+    window where the sampling is shorter, and a compile's first call."""
+    t = plan.timing
+    sampling_s = t.max_time_s
+    if plan.device == "cuda":
+        sampling_s = max(sampling_s, ENERGY_WINDOW_S)
+    seconds = costs.start_s + costs.cuda_init_s + costs.build_s + t.warmup_s + sampling_s
+    if c.backend == "compile":
+        seconds += costs.compile_s
+    if t.timeout_s is not None:  # a cell never outlasts its timeout (start-up aside)
+        seconds = min(seconds, costs.start_s + costs.cuda_init_s + t.timeout_s)
+    return seconds
+
+
+def jobs(plan: Plan, figures: int | None = None) -> list[Job]:
+    """Every job of ``plan`` with its estimated seconds, in the order the run schedules
+    them (calibration, then verification, prewarming and cells, headline first)."""
+    costs = costs_for(plan.device)
+    boot = costs.start_s + costs.cuda_init_s
+    out = [Job("calibrate", "calibrate", boot + costs.calibrate_s)]
+    jit_seen: set[str] = set()
+    for model, backend in sorted(plan.pairs, key=lambda p: (p not in plan.headline_pairs, p)):
+        seconds = boot + costs.verify_s
+        family = JIT_FAMILIES.get(model)
+        if backend == "fused" and plan.device == "cuda" and family and family not in jit_seen:
+            jit_seen.add(family)  # compiled once per kernel family, then cached
+            seconds += costs.jit_s
+        out.append(Job("verify", f"{model}/{backend}", seconds))
+    if plan.device == "cuda":
+        for (model, backend, dtype), cells in prewarm_groups(plan.cells).items():
+            seconds = boot + len(cells) * (costs.build_s + costs.shape_s)
+            if backend == "compile":
+                seconds += costs.compile_s
+            out.append(Job("prewarm", f"{model}/{backend}-{dtype}", seconds))
+    for c in sorted(plan.cells, key=lambda c: (c not in plan.headline, c)):
+        name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
+        out.append(Job("bench", name, cell_seconds(plan, c, costs)))
+    for c in sorted(plan.profiled):
+        name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
+        seconds = boot + costs.build_s + costs.profile_s
+        out.append(Job("profile", name, seconds))
+    n_figures = len(plan.figures) if figures is None else figures
+    out.append(Job("aggregate", "tables, claims, verdict", costs.aggregate_s))
+    waves = math.ceil(n_figures / costs.parallel) if n_figures else 0
+    out.append(Job("figures", f"{n_figures} figures", waves * costs.figure_s))
+    return out
+
+
+def total_seconds(plan: Plan) -> float:
+    return sum(j.seconds for j in jobs(plan))
+
+
+def describe(plan: Plan) -> str:
+    """The plan as printed before a run: jobs and seconds per rule, and the total."""
+    plan_jobs = jobs(plan)
+    count, seconds = Counter(), Counter()
+    for j in plan_jobs:
+        count[j.rule] += 1
+        seconds[j.rule] += j.seconds
+    lines = [
+        f"plan of run {plan.run!r} (preset {plan.preset}, device {plan.device}): "
+        f"{len(plan.cells)} cells, {len(plan.headline)} of them headline"
+    ]
+    lines.append(f"  {'rule':10s} {'jobs':>5s} {'estimated s':>12s}")
+    for rule in dict.fromkeys(j.rule for j in plan_jobs):
+        lines.append(f"  {rule:10s} {count[rule]:5d} {seconds[rule]:12.0f}")
+    total = sum(seconds.values())
+    lines.append(f"  {'total':10s} {len(plan_jobs):5d} {total:12.0f}  (~{total / 60:.1f} min)")
+    return "\n".join(lines)

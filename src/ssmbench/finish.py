@@ -1,0 +1,50 @@
+"""Finishing a run that stopped early: rows for the cells it never measured.
+
+A budgeted run (``scripts/gpu_check.sh --budget-s``) is stopped when its time is up, a
+run may lose a job to a crash that leaves no record (a CUDA fault kills the process), and
+a run is stopped by SIGTERM.  ``snakemake --config partial=True`` then builds the tables
+and figures from what exists: only records whose provenance sidecar vouches for their
+bytes count (:func:`ssmbench.provenance.vouched`; a job killed while writing leaves no
+sidecar), and every planned cell without one becomes a row of its own, so the tables
+say what was not measured instead of leaving it out:
+
+- ``not_run`` with reason ``budget``: its job never started;
+- ``failed``: its job started (its log exists) but left no finished record: it crashed,
+  or it was killed when the run stopped; the reason names the log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from ssmbench import paths
+from ssmbench.config import Cell
+from ssmbench.records import CellRecord
+
+NOT_REACHED = "budget: the run stopped before this cell's job started"
+
+
+def unfinished_records(
+    run: str, planned: Iterable[Cell], finished: Iterable[str], size: dict, device: str
+) -> list[CellRecord]:
+    """A record for each planned cell whose record path is not among ``finished``."""
+    done = {os.path.normpath(p) for p in finished}
+    records = []
+    for c in planned:
+        if os.path.normpath(paths.cell_record(run, c)) in done:
+            continue
+        log = paths.bench_log(run, c)
+        if os.path.exists(log):
+            status = "failed"
+            reason = (
+                f"its job left no finished record (crashed, or killed when the run stopped): {log}"
+            )
+        else:
+            status, reason = "not_run", NOT_REACHED
+        records.append(
+            CellRecord(
+                run=run, **vars(c), device=device, size=dict(size), status=status, reason=reason
+            )
+        )
+    return records
