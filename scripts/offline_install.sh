@@ -70,8 +70,8 @@ else
             rest+=("$wheel")
         fi
     done
-    pip=("$PY" -m pip install -q --no-index --no-deps --no-cache-dir --disable-pip-version-check
-        --target "$partial")
+    pip=(env PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install -q --disable-pip-version-check
+        --no-index --no-deps --no-cache-dir --target "$partial")
     echo "== installing $((${#rest[@]} + ${#mamba[@]})) wheel(s) from $WHEELS/ into $TARGET" \
         "(offline, --no-deps) for $PY" >&2
     if [ ${#rest[@]} -gt 0 ]; then "${pip[@]}" "${rest[@]}" >&2; fi
