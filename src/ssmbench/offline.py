@@ -216,7 +216,14 @@ def resolve(wheel_dir: Path) -> tuple[dict[str, tuple[str, Path]], Path]:
     with tempfile.TemporaryDirectory() as tmp:
         write_stand_ins(Path(tmp), device_packages())
         resolved = dry_run(needs(), [wheel_dir, Path(tmp)])
-    return resolved, dry_run([MAMBA], [wheel_dir], no_deps=True)[MAMBA][1]
+    try:
+        mamba = dry_run([MAMBA], [wheel_dir], no_deps=True)[MAMBA][1]
+    except OfflineError as e:
+        raise OfflineError(
+            f"no mamba_ssm wheel for CPython {DEVICE_PYTHON} (one built with its CUDA extension "
+            f"is tagged for the python that built it): {e}"
+        ) from e
+    return resolved, mamba
 
 
 def unused(wheel_dir: Path, resolved: dict[str, tuple[str, Path]], mamba: Path) -> list[Path]:
@@ -309,7 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {closure.total_mb:.1f} MB (at most {MAX_TOTAL_MB})")
     print(f"  from the machine: {', '.join(sorted(closure.from_device))}")
     print(f"  mamba_ssm declares: {'; '.join(closure.mamba_requires)} (installed --no-deps)")
-    return 1 if closure.total_mb > MAX_TOTAL_MB else 0
+    if closure.total_mb > MAX_TOTAL_MB:
+        print(f"error: {closure.total_mb:.1f} MB, over {MAX_TOTAL_MB} MB", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
