@@ -255,7 +255,7 @@ def check(wheel_dir: Path) -> Closure:
             continue
         version = device.get(name) or carried.get(name)
         if version is None:
-            raise OfflineError(f"mamba_ssm's kernels need {name}, which neither has")
+            raise OfflineError(f"mamba_ssm's kernels need {name}: not on the machine, no wheel")
         if not req.specifier.contains(version, prereleases=True):
             raise OfflineError(f"mamba_ssm needs {req}, the machine has {name} {version}")
 
