@@ -60,34 +60,15 @@ artifact:
 	.venv-artifact/bin/pip install --quiet -c requirements.lock -e .
 	.venv-artifact/bin/snakemake --cores $(CORES) --config source=precollected
 
-# Wheels for scripts/gpu_check.sh on a GPU machine without internet (CPython 3.12, x86-64,
-# its own torch, triton, numpy, pandas, pyarrow, matplotlib and pyyaml): the workflow's
-# other dependencies with theirs, and mamba_ssm built without its CUDA extension (its
-# Triton kernels need none).  Wheels of what that machine has are left out, so that
-# ./.whl stays small enough to travel with the repository.
+# Wheels for scripts/offline_install.sh on a GPU machine without internet (CPython 3.12,
+# x86-64, with the packages of config/device-packages.txt, torch among them): the closure
+# of the workflow's needs at requirements.lock's versions, less what that machine has, and
+# mamba_ssm built without its CUDA extension (its Triton kernels need none).  It ends by
+# resolving the offline install for 3.12 from them (src/ssmbench/offline.py); about 43 MB,
+# small enough to carry beside the checkout (./.whl is git-ignored).
 WHEELS ?= .whl
-DEVICE_PY ?= 3.12
-MAMBA_PIN ?= mamba-ssm==2.3.2.post1
-SDIST_ONLY := connection-pool  # pure Python, published without a wheel: built here
-FUSED_PINS ?= fla-core==0.6.0
-DEVICE_HAS := torch triton numpy pandas pyarrow matplotlib pyyaml pillow contourpy \
-	fonttools kiwisolver cycler pyparsing python_dateutil six packaging jinja2 markupsafe \
-	nvidia_ml_py einops typing_extensions requests urllib3 idna certifi charset_normalizer
-WHEEL_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64,--platform $(p))
 wheels: venv  ## wheels for scripts/gpu_check.sh, into ./.whl (needs internet)
-	mkdir -p $(WHEELS)
-	grep -vE '^(torch|triton|numpy)==' requirements.lock > $(WHEELS)/constraints.txt
-	$(BIN)/pip wheel -q -w $(WHEELS) --no-deps -c $(WHEELS)/constraints.txt $(SDIST_ONLY)
-	$(BIN)/pip download -q -d $(WHEELS) --find-links $(WHEELS) -c $(WHEELS)/constraints.txt --only-binary=:all: \
-		--python-version $(DEVICE_PY) --implementation cp $(WHEEL_PLATFORMS) \
-		snakemake papermill pandera jsonschema ipykernel nbformat
-	$(BIN)/pip download -q -d $(WHEELS) --no-deps --only-binary=:all: \
-		--python-version $(DEVICE_PY) --implementation cp $(WHEEL_PLATFORMS) $(FUSED_PINS)
-	MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE $(BIN)/pip wheel -q --no-deps \
-		--no-build-isolation -w $(WHEELS) $(MAMBA_PIN)
-	cd $(WHEELS) && for name in $(DEVICE_HAS); do rm -f $$name-*.whl; done
-	rm -f $(WHEELS)/constraints.txt
-	du -sh $(WHEELS)
+	PYTHONPATH=src $(BIN)/python -m ssmbench.offline build $(WHEELS)
 
 lock: venv  ## rewrite requirements.lock from the current environment
 	( echo "# Exact versions of the workflow environment (pip constraints), tested on CPython 3.11."; \

@@ -93,6 +93,7 @@ echo "== ssm-bench gpu_check: preset=$PRESET run=$RUN dest=$DEST budget=${BUDGET
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no nvidia-smi: CPU run"
 
 # 1. the environment: the system's packages, plus the wheels for what is missing
+# ---- step 1, install (scripts/offline_install.sh: --target and PYTHONPATH, no venv) ----
 PY=${PYTHON:-python3}  # the machine's python (PYTHON= overrides)
 NEEDED=(snakemake papermill pandera jsonschema matplotlib pyarrow ipykernel yaml)
 missing=()
@@ -100,22 +101,15 @@ for module in "${NEEDED[@]}"; do
     "$PY" -c "import $module" 2>/dev/null || missing+=("$module")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-    VENV=${SSMBENCH_VENV:-/tmp/ssmbench-venv}
-    if [ ! -x "$VENV/bin/python" ]; then
-        "$PY" -m venv --system-site-packages "$VENV"
-    fi
-    PY="$VENV/bin/python"
-    if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-        echo "== installing from .whl/ (offline): missing ${missing[*]:-none}"
-        # every wheel there, resolved offline against what is installed; never torch
-        "$PY" -m pip install -q --no-index --find-links .whl --no-cache-dir \
-            $(ls .whl/*.whl | sed -E 's|.*/([^-]+)-.*|\1|' | sort -u | grep -vi '^torch$')
-    else
-        echo "error: missing ${missing[*]} and no wheels in .whl/ (run 'make wheels' where there is internet)" >&2
-        exit 2
-    fi
-    export PATH="$VENV/bin:$PATH"
+    echo "== missing ${missing[*]}: installing from .whl/ (offline)"
+    # the machine's torch, triton and numpy stay visible: PYTHONPATH adds, a venv would hide
+    env_line=$(PYTHON="$PY" scripts/offline_install.sh "${SSMBENCH_SITE:-/tmp/ssmbench-site}" .whl)
+    eval "$env_line"  # export PYTHONPATH and PATH, for $PY and every job it starts
+    for module in "${missing[@]}"; do
+        "$PY" -c "import $module" || { echo "error: $module still missing after the install" >&2; exit 2; }
+    done
 fi
+# ---- end of step 1 ----
 "$PY" - <<'PYEOF'
 import importlib, sys
 print("== python", sys.version.split()[0])
