@@ -127,9 +127,6 @@ for family, reason in FUSED_AVAILABILITY.items():
     print(f"   fused {family:30s} {reason(device) or 'available'}")
 PYEOF
 
-# 2. the run; a failed job must not lose what the others measured
-status=0
-
 # 2. the plan, by arithmetic (ssmbench.budget)
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's package
 "$PY" -m ssmbench plan --preset "$PRESET" --run "$RUN" \
