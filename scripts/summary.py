@@ -41,6 +41,6 @@ if __name__ == "__main__":
         cells = read_cells(path)
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"no summary: {e}")
-    print(f"== {run}: {len(cells)} cells on {', '.join(sorted(set(cells.device_name)))}")
+    print(f"== {run}: {len(cells)} cells on {', '.join(sorted(set(cells.device_name) - {''}))}")
     print(cells.status.value_counts().to_string())
     print(summary(cells))

@@ -155,7 +155,8 @@ def test_gpu_check_collects_a_run_and_prints_its_summary(ci_run, tmp_path):
         assert len(tar.getnames()) == len(CI.profiled)
     summary = (dest / "summary.txt").read_text()
     assert summary.splitlines()[0].startswith(f"== ci: {len(CI.cells)} cells")
-    assert "mamba3" in summary and out.stdout.rstrip().endswith(f"outputs in {dest}")
+    assert "mamba3" in summary and out.stdout.rstrip().endswith(summary.rstrip())
+    assert f"outputs in {dest}" in out.stdout
 
 
 def test_one_figure_runs_only_its_cells(tmp_path):

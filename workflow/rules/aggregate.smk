@@ -29,6 +29,7 @@ rule aggregate:
         prov=with_prov([paths.table("{run}", name) for name in paths.TABLES])[1::2],
     log:
         "logs/{run}/aggregate.log",
+    priority: 60  # a run finished at its budget has its tables before its figures
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -57,6 +58,7 @@ rule verdict:
         ],
     log:
         "logs/{run}/verdict.log",
+    priority: 55
     conda:
         "../../envs/analysis.yaml"
     script:

@@ -1,0 +1,237 @@
+"""The GPU path of the workflow, rehearsed on a CPU: one GPU job at a time, headline cells
+first, prewarm jobs before fused cells, and scripts/gpu_check.sh under a budget that ends
+before the run does, bringing home what the run made within the transfer's limits.
+
+On this machine a cuda preset's jobs run and end quickly as ``unavailable`` (there is no
+GPU), which is enough to see how Snakemake schedules them: every job's provenance sidecar
+records when it started and ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from datetime import datetime
+from itertools import combinations
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from ssmbench import config, paths
+from ssmbench.scripting import copy_workflow
+from tests.conftest import snakemake
+
+REHEARSAL = {
+    "device": "cuda",
+    "calibrate_quick": True,
+    "size": {"d_model": 32, "n_layers": 1, "n_heads": 2, "head_dim": 16, "expand": 2,
+             "d_conv": 4, "chunk": 16},
+    "timing": {"warmup": 1, "min_samples": 3, "max_samples": 5, "min_time_s": 0.0,
+               "max_time_s": 1.0, "timeout_s": 30},
+    "headline": [{"models": ["mamba2"], "backends": ["fused"], "phases": ["prefill"]}],
+    "sweeps": [
+        {"models": ["attention", "mamba2"], "backends": ["torch", "fused"],
+         "phases": ["prefill"], "batch": [1], "seq_len": [32], "d_state": [4],
+         "dtype": ["bf16"]},
+        {"models": ["mamba2"], "backends": ["fused-graph"], "phases": ["decode"],
+         "batch": [1], "seq_len": [32], "d_state": [4], "dtype": ["bf16"]},
+        {"models": ["attention"], "backends": ["torch"], "phases": ["prefill"],
+         "batch": [1], "seq_len": [32], "d_state": [4], "dtype": ["bf16"], "profile": True},
+    ],
+}  # fmt: skip
+RUN = "gpu-rehearsal"
+
+
+def _rehearsal_plan() -> config.Plan:
+    raw = config.load(overrides={"preset": RUN})
+    raw["presets"][RUN] = REHEARSAL
+    return config.plan(raw)
+
+
+def _gpu_job_outputs(plan: config.Plan) -> list[str]:
+    """Every output of a job that uses the GPU: calibrate, verify, prewarm, bench."""
+    outputs = [paths.device(plan.run)]
+    outputs += [paths.verify_record(plan.run, m, b) for m, b in plan.pairs]
+    outputs += [paths.prewarm(plan.run, m, b, d) for (m, b, d) in _prewarm_keys(plan)]
+    outputs += [paths.cell_record(plan.run, c) for c in plan.cells]
+    return outputs
+
+
+def _prewarm_keys(plan: config.Plan):
+    from ssmbench.prewarm import prewarm_groups
+
+    return list(prewarm_groups(plan.cells))
+
+
+def _interval(wf: Path, output: str) -> tuple[datetime, datetime]:
+    prov = json.loads((wf / paths.prov(output)).read_text())
+    return datetime.fromisoformat(prov["started"]), datetime.fromisoformat(prov["ended"])
+
+
+def _run_rehearsal(tmp_path: Path, *extra: str) -> tuple[Path, config.Plan]:
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    overlay = tmp_path / "rehearsal.yaml"
+    overlay.write_text(yaml.safe_dump({"presets": {RUN: REHEARSAL}}))
+    plan = _rehearsal_plan()
+    targets = _gpu_job_outputs(plan)
+    out = snakemake(
+        wf, *targets, "--cores", "4", *extra, "--configfile", str(overlay),
+        "--config", f"preset={RUN}",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return wf, plan
+
+
+@pytest.mark.slow
+def test_gpu_jobs_of_a_cuda_preset_never_overlap_and_headline_cells_go_first(tmp_path):
+    wf, plan = _run_rehearsal(tmp_path)
+    outputs = _gpu_job_outputs(plan)
+    spans = {o: _interval(wf, o) for o in outputs}
+    overlapping = [
+        (a, b) for a, b in combinations(outputs, 2)
+        if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+    ]  # fmt: skip
+    assert overlapping == [], "GPU jobs ran side by side"
+
+    # the order: calibration, then the headline cell's verification and prewarm, then it
+    first = min(outputs, key=lambda o: spans[o][0])
+    assert first == paths.device(plan.run)
+    (headline,) = plan.headline
+    headline_record = paths.cell_record(plan.run, headline)
+    others = [paths.cell_record(plan.run, c) for c in plan.cells if c != headline]
+    assert all(spans[headline_record][1] <= spans[o][0] for o in others)
+    prewarm = paths.prewarm(plan.run, "mamba2", "fused", "bf16")
+    assert spans[prewarm][1] <= spans[headline_record][0]
+    # the graph cell reused its base's verification: no verify job of its own
+    assert not (wf / paths.verify_record(plan.run, "mamba2", "fused-graph")).exists()
+
+
+@pytest.mark.slow
+def test_the_gpu_cap_is_what_keeps_them_apart(tmp_path):
+    """The control: with four GPUs' worth of the resource, the same jobs do overlap, so
+    the check above can fail."""
+    wf, plan = _run_rehearsal(tmp_path, "--resources", "gpu=4")
+    outputs = _gpu_job_outputs(plan)
+    spans = {o: _interval(wf, o) for o in outputs}
+    assert any(
+        spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1] for a, b in combinations(outputs, 2)
+    )
+
+
+def test_visible_gpus_count_what_cuda_may_use(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,3")
+    assert config.visible_gpus() == 3
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert config.visible_gpus() == 1  # none visible: a cuda preset still gets one slot
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    expected = (
+        len(os.listdir("/proc/driver/nvidia/gpus"))
+        if os.path.isdir("/proc/driver/nvidia/gpus")
+        else 0
+    )
+    assert config.visible_gpus() == max(expected, 1)
+
+
+def test_headline_cells_come_from_the_preset_selectors():
+    plan = _rehearsal_plan()
+    assert [(c.model, c.backend, c.phase) for c in plan.headline] == [
+        ("mamba2", "fused", "prefill")
+    ]
+    assert plan.headline_pairs == {("mamba2", "fused")}
+    lease = config.plan(config.load(overrides={"preset": "lease"}))
+    assert all(c.batch == 1 for c in lease.headline)
+    decode = {c.backend for c in lease.headline if c.phase == "decode"}
+    assert {"fused", "fused-graph"} <= decode
+    prefill = {c.model for c in lease.headline if c.phase == "prefill"}
+    assert prefill == {"attention", "mamba2", "deltanet", "hybrid"}
+
+
+def test_graph_backends_are_verified_through_their_base():
+    plan = _rehearsal_plan()
+    assert ("mamba2", "fused") in plan.pairs
+    assert not any(b.endswith("-graph") for _, b in plan.pairs)
+
+
+def _gpu_check(wf: Path, dest: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["bash", "scripts/gpu_check.sh", str(dest), "ci", *args],
+        cwd=wf,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+
+
+def _check_brought_home(dest: Path, stdout: str) -> pd.DataFrame:
+    """DEST holds what the transfer takes (at most 8 flat files of at most 16 MiB), a valid
+    partial cells table with the cells never reached as not_run, the sidecars, and the
+    summary, which the script printed last."""
+    from ssmbench.tables import read_cells
+
+    files = sorted(dest.iterdir())
+    assert len(files) <= 8 and all(f.is_file() for f in files), [f.name for f in files]
+    assert all(f.stat().st_size <= 16 << 20 for f in files)
+    cells = read_cells(dest / "cells.csv")
+    ci = config.plan(config.load(overrides={"preset": "ci"}))
+    assert len(cells) == len(ci.cells)  # every planned cell has a row
+    assert (cells.status == "ok").any() and (cells.status == "not_run").any()
+    assert set(cells.reason[cells.status == "not_run"].str.split(":").str[0]) == {"budget"}
+    with tarfile.open(dest / "ssmbench-ci.tar.gz") as tar:
+        names = set(tar.getnames())
+        tar.extractall(dest.parent / "unpacked", filter="data")
+    root = dest.parent / "unpacked"
+    assert {"results/ci/tables/cells.csv", "results/ci/tables/cells.csv.prov.json"} <= names
+    # every ok row's record came home with its sidecar, which vouches for it
+    from ssmbench.config import Cell
+    from ssmbench.provenance import vouched
+
+    os.chdir(root)
+    keys = ["model", "backend", "phase", "batch", "seq_len", "d_state", "dtype"]
+    for row in cells[cells.status == "ok"][keys].itertuples(index=False):
+        assert vouched(paths.cell_record("ci", Cell(*row))), row
+    summary = (dest / "summary.txt").read_text()
+    assert "not_run" in summary and stdout.rstrip().endswith(summary.rstrip())
+    assert "manifest.txt" in {f.name for f in files}
+    return cells
+
+
+@pytest.mark.slow
+def test_gpu_check_stops_at_its_budget_and_brings_the_partial_run_home(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    dest = tmp_path / "out"
+    proc = _gpu_check(wf, dest, "--budget-s", "150", "--reserve-s", "80")
+    stdout, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, stdout[-4000:]
+    assert "== budget: stopping the run" in stdout
+    plan_line = next(line for line in stdout.splitlines() if line.startswith("plan of run"))
+    assert "56 cells" in plan_line  # the plan was printed before the run
+    _check_brought_home(dest, stdout)
+
+
+@pytest.mark.slow
+def test_gpu_check_brings_the_run_home_on_sigterm(tmp_path, monkeypatch):
+    import signal
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    dest = tmp_path / "out"
+    proc = _gpu_check(wf, dest)
+    deadline = time.monotonic() + 300
+    # wait until a few cells are measured (Snakemake deletes the outputs of a job it has
+    # not yet seen end), then stop the script as a lease's end would
+    cells = wf / "results" / "ci" / "cells"
+    while len(list(cells.rglob("*.json.prov.json"))) < 3 and time.monotonic() < deadline:
+        time.sleep(1)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, stdout[-4000:]
+    assert "== SIGTERM after" in stdout
+    _check_brought_home(dest, stdout)
