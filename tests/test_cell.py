@@ -287,16 +287,221 @@ def test_compile_that_cannot_build_is_unavailable(monkeypatch):
 
 
 def test_graph_backends_need_cuda_and_the_decode_phase():
+    # a graph backend is verified as its base: the eager step it replays
     verify = run_verify("mamba2", "torch-graph", "cpu", ["fp32"])
-    assert verify["status"] == "unavailable"
-    assert "CUDA graphs need a CUDA device" in verify["reason"]
+    assert verify["status"] == "passed" and verify["backend"] == "torch"
+    assert "torch-graph replays torch's decode step" in verify["note"]
+    # the cell says why it cannot run: CUDA graphs need a CUDA device, whatever verify said
     r = run_cell(spec(model="mamba2", backend="torch-graph", phase="decode"), verify=verify)
-    assert r.status == "unavailable" and "CUDA graphs need a CUDA device" in r.reason
-    # without a verify record the cell still says why: the capture itself needs CUDA
+    assert r.status == "unavailable" and r.reason == (
+        "torch-graph: CUDA graphs need a CUDA device (this run's device is cpu)"
+    )
     r = run_cell(spec(model="mamba2", backend="torch-graph", phase="decode"), threads=1)
     assert r.status == "unavailable" and "CUDA graphs need a CUDA device" in r.reason
+
+
+def test_graph_backends_time_the_decode_step_only(monkeypatch):
+    import ssmbench.cell as cell
+
+    monkeypatch.setattr(cell, "graph_unavailable", lambda backend, device: "")
     r = run_cell(spec(model="mamba2", backend="fused-graph", phase="train"), threads=1)
     assert r.status == "unavailable" and "times the decode step only, not train" in r.reason
+
+
+class FakeCuda:
+    """The few names of torch.cuda that graph_step uses: streams and synchronize do
+    nothing, the capture runs its body once eagerly, replays count, and the allocator's
+    counters grow by POOL_BYTES across the capture."""
+
+    POOL_BYTES = 3 * 2**20
+
+    def __init__(self):
+        self.allocated = self.reserved = 1000
+        self.replays = 0
+        fake = self
+
+        class Graph:
+            def replay(self):
+                fake.replays += 1
+
+        class Capture:
+            def __init__(self, graph):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                fake.reserved += fake.POOL_BYTES
+                fake.allocated += fake.POOL_BYTES // 3
+
+        self.CUDAGraph, self.graph = Graph, Capture
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    def current_stream(self):
+        return self.Stream()
+
+    def stream(self, s):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def synchronize(self):
+        pass
+
+    def memory_allocated(self):
+        return self.allocated
+
+    def memory_reserved(self):
+        return self.reserved
+
+
+def test_graph_replay_holds_its_static_buffers_and_measures_its_pool():
+    import gc
+    import weakref
+
+    import torch
+
+    from ssmbench.cell import GraphReplay, _model_and_input, graph_step
+
+    s = spec(model="mamba2", backend="torch-graph", phase="decode")
+    model, x = _model_and_input(s)
+    with torch.inference_mode():
+        _, cache = model(x)
+    x_t = x[:, -1].clone()
+    cuda = FakeCuda()
+    replay = graph_step(model, x_t, cache, warmup=1, cuda=cuda)
+    assert isinstance(replay, GraphReplay) and replay.pool_bytes == FakeCuda.POOL_BYTES
+    alive = [weakref.ref(t) for t in (x_t, cache[0][0], replay.outputs[0])]
+    del x_t, cache, model
+    gc.collect()
+    assert all(ref() is not None for ref in alive)  # held by the replay, not a closure
+    assert replay() is replay.outputs and cuda.replays == 2  # the check's replay, then ours
+
+    class Drifting:  # a step whose captured output differs from the eager one
+        calls = 0
+
+        def step(self, x_t, cache):
+            Drifting.calls += 1
+            return torch.full((1, 4), float(Drifting.calls)), cache
+
+    with pytest.raises(RuntimeError, match="graph replay differs from the eager step"):
+        graph_step(Drifting(), torch.zeros(1, 4), None, warmup=1, cuda=FakeCuda())
+
+
+def test_a_graph_cells_pool_counts_in_its_peak(monkeypatch):
+    import ssmbench.cell as cell
+
+    real = cell.graph_step
+    monkeypatch.setattr(cell, "graph_unavailable", lambda backend, device: "")
+    monkeypatch.setattr(
+        cell, "graph_step", lambda model, x_t, cache: real(model, x_t, cache, cuda=FakeCuda())
+    )
+    verify = run_verify("mamba2", "torch", "cpu", ["fp32"])
+    r = run_cell(spec(model="mamba2", backend="torch-graph", phase="decode"), verify, threads=1)
+    assert r.status == "ok", r.reason
+    assert r.graph_pool_bytes == FakeCuda.POOL_BYTES
+    assert r.activations_bytes >= r.graph_pool_bytes  # a fake replay allocates nothing
+    assert r.peak_bytes == r.weights_bytes + r.cache_bytes + r.activations_bytes
+    assert r.verify["backend"] == "torch"
+
+
+@pytest.mark.parametrize(
+    "backend, verify_backend, status, reason",
+    [
+        ("fused-graph", "fused", "passed", None),
+        ("fused-graph", "fused-graph", "passed", None),
+        ("fused-graph", "torch", "passed", "the verify record is for mamba/torch"),
+        ("fused", "fused", "unavailable", "verification unavailable for mamba/fused (prefill)"),
+    ],
+)
+def test_a_cell_takes_the_verdict_of_its_phase(backend, verify_backend, status, reason):
+    from ssmbench.cell import _verify_unusable
+
+    verify = {
+        "model": "mamba",
+        "backend": verify_backend,
+        "status": "unavailable",
+        "reason": "prefill, train unavailable: selective_scan_cuda not built",
+        "phases": {
+            "prefill": {"status": "unavailable", "reason": "selective_scan_cuda not built"},
+            "decode": {"status": status, "reason": ""},
+            "train": {"status": "unavailable", "reason": "selective_scan_cuda not built"},
+        },
+    }
+    phase = "prefill" if backend == "fused" else "decode"
+    cell = Cell("mamba", backend, phase, 1, 48, 4, "bf16")
+    found = _verify_unusable(cell, verify)
+    if reason is None:
+        assert found is None
+    else:
+        assert reason in found[1]
+    # an older record without phases: its one verdict holds for every phase
+    older = {k: v for k, v in verify.items() if k != "phases"}
+    if backend == "fused-graph" and verify_backend != "torch":
+        assert _verify_unusable(cell, older)[0] == "unavailable"
+
+
+def test_compile_past_the_cells_budget_is_a_timeout(monkeypatch):
+    """A first call of torch.compile that runs past timeout_s is timeout, not unavailable,
+    also when Dynamo wraps the alarm's exception in an error of its own."""
+    import time
+
+    import torch
+
+    from ssmbench.models import common
+
+    def slow_compiler(fn, *args, **kwargs):
+        def compiling(*a, **k):
+            try:
+                time.sleep(30)
+            except Exception as e:
+                raise RuntimeError("BackendCompilerFailed: inductor raised") from e
+
+        return compiling
+
+    monkeypatch.setattr(torch, "compile", slow_compiler)
+    monkeypatch.setattr(common, "_COMPILED", {})
+    timing = Timing(1, 1, 1, min_time_s=0.0, max_time_s=5.0, timeout_s=0.5)
+    start = time.monotonic()
+    r = run_cell(spec(model="attention", backend="compile", d_state=0, timing=timing))
+    assert r.status == "timeout", r.reason
+    assert "timeout_s=0.5 s ran out" in r.reason and time.monotonic() - start < 10
+
+
+def test_records_say_whether_the_run_locked_the_clocks(monkeypatch):
+    monkeypatch.setenv("SSMBENCH_CLOCKS_LOCKED", "1")
+    assert run_cell(spec(), threads=1).clocks_locked is True
+    monkeypatch.delenv("SSMBENCH_CLOCKS_LOCKED")
+    assert run_cell(spec(), threads=1).clocks_locked is False
+
+
+def test_a_profile_that_cannot_run_writes_a_status_row_and_an_empty_trace(tmp_path):
+    import gzip
+
+    from ssmbench.cell import profile_or_status
+    from ssmbench.tables import read_ops, write_ops
+
+    trace = tmp_path / "t.trace.json.gz"
+    rows = profile_or_status(spec(model="s4d", backend="fused"), trace_path=str(trace))
+    assert len(rows) == 1 and rows[0]["status"] == "unavailable"
+    assert "no fused kernel" in rows[0]["reason"] and rows[0]["model"] == "s4d"
+    assert json.loads(gzip.decompress(trace.read_bytes())) == {"traceEvents": []}
+    write_ops(rows, tmp_path / "ops.csv")
+    ops = read_ops(tmp_path / "ops.csv")
+    assert list(ops.status) == ["unavailable"] and ops.bucket.isna().all()
+    # a failed verification is a failed row; a graph backend off CUDA is unavailable
+    failed = {"model": "mamba", "backend": "torch", "status": "failed", "reason": "y off"}
+    (row,) = profile_or_status(spec(), verify=failed, trace_path=str(trace))
+    assert row["status"] == "failed" and "verification failed for mamba/torch" in row["reason"]
+    (row,) = profile_or_status(spec(backend="torch-graph", phase="decode"))
+    assert row["status"] == "unavailable" and "CUDA graphs" in row["reason"]
+    # a profile that runs has status ok on every row
+    rows = profile_or_status(spec(model="attention", d_state=0), threads=1, iters=1)
+    assert {r["status"] for r in rows} == {"ok"} and len(rows) > 1
 
 
 def test_a_family_without_a_fused_kernel_is_unavailable():

@@ -271,3 +271,118 @@ def test_clock_drop():
     assert not clock_drop({"sm_clock_mhz": 1500}, {"sm_clock_mhz": 1980})  # boost up
     assert not clock_drop(None, {"sm_clock_mhz": 1000})
     assert not clock_drop({"sm_clock_mhz": None}, {"sm_clock_mhz": 1000})
+
+
+class RecordingMeter:
+    """A meter that logs when it starts and stops into the shared ``events`` list."""
+
+    def __init__(self, events: list):
+        self.events = events
+
+    def start(self):
+        self.events.append("start")
+
+    def stop(self):
+        self.events.append("stop")
+
+
+def _timing(**kw):
+    from ssmbench.config import Timing
+
+    base = dict(warmup=2, min_samples=3, max_samples=3, min_time_s=0.0, max_time_s=5.0)
+    return Timing(**{**base, **kw})
+
+
+def test_clocks_hook_runs_after_the_warm_up_and_before_the_meter():
+    from ssmbench.measure.timing import measure
+
+    events = []
+    result = measure(
+        lambda: events.append("call"),
+        _timing(),
+        meter=RecordingMeter(events),
+        after_warmup=lambda: events.append("clocks"),
+    )
+    assert events == ["call", "call", "clocks", "start", "call", "call", "call", "stop"]
+    assert result.meter_calls == 3 == len(result.samples_ms) and result.meter_s >= 0
+
+
+def test_a_short_loop_is_padded_with_untimed_calls_to_the_meters_window():
+    from ssmbench.measure.timing import measure
+
+    events = []
+
+    def work():
+        time.sleep(0.005)
+        events.append("call")
+
+    result = measure(work, _timing(warmup=0), meter=RecordingMeter(events), min_meter_s=0.2)
+    assert len(result.samples_ms) == 3  # the timed samples are the budget's, no more
+    assert result.meter_calls > 3 and result.meter_s >= 0.2
+    assert events.count("call") == result.meter_calls and events[-1] == "stop"
+    # the deadline ends the padding: no call starts after it
+    deadline = time.monotonic() + 0.1
+    result = measure(
+        work, _timing(warmup=0), meter=RecordingMeter([]), min_meter_s=30, deadline=deadline
+    )
+    assert result.meter_s < 5 and result.meter_calls >= 3
+
+
+def test_energy_window_reason():
+    from ssmbench.measure.energy import MIN_WINDOW_S, min_window_s, window_reason
+
+    assert MIN_WINDOW_S["cuda"] == 1.0 and min_window_s("cuda:1") == 1.0
+    assert min_window_s("cpu") == 0.0 and window_reason(0.001, "cpu") == ""
+    assert window_reason(1.0, "cuda") == ""
+    assert window_reason(0.25, "cuda").startswith("energy window of 0.250 s is shorter than 1 s")
+
+
+class FakeEnergyMeter:
+    """EnergyMeter's surface with a fixed 12 J over the real window."""
+
+    def __init__(self, device, **kwargs):
+        self.result = None
+
+    def start(self):
+        self._t0 = time.perf_counter()
+
+    def stop(self):
+        from ssmbench.measure.energy import EnergyResult
+
+        duration_s = time.perf_counter() - self._t0
+        self.result = EnergyResult(12.0, "fake", "", duration_s)
+        return self.result
+
+
+def _cpu_cell(timing):
+    from ssmbench.cell import CellSpec
+    from ssmbench.config import Cell, Size
+
+    size = Size(d_model=32, n_layers=1, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
+    return CellSpec("t", Cell("mamba2", "torch", "prefill", 1, 32, 4, "fp32"), "cpu", size, timing)
+
+
+def test_a_cell_divides_energy_over_every_call_in_a_padded_window(monkeypatch):
+    from ssmbench.cell import run_cell
+    from ssmbench.measure import energy
+
+    monkeypatch.setattr(energy, "EnergyMeter", FakeEnergyMeter)
+    monkeypatch.setitem(energy.MIN_WINDOW_S, "cpu", 0.3)
+    r = run_cell(_cpu_cell(_timing(warmup=1)), threads=1)
+    assert r.status == "ok", r.reason
+    assert r.energy_window_s >= 0.3 and r.n_samples == 3
+    calls = 12.0 / r.energy_j  # energy of one call = the window's over its calls
+    assert calls > r.n_samples and calls == pytest.approx(round(calls))
+    assert r.energy_j_per_token == pytest.approx(r.energy_j / 32)
+
+
+def test_a_cell_whose_window_stays_short_says_so(monkeypatch):
+    from ssmbench.cell import run_cell
+    from ssmbench.measure import energy
+
+    monkeypatch.setattr(energy, "EnergyMeter", FakeEnergyMeter)
+    monkeypatch.setitem(energy.MIN_WINDOW_S, "cpu", 30.0)  # past the cell's deadline
+    r = run_cell(_cpu_cell(_timing(warmup=1, timeout_s=1.0)), threads=1)
+    assert r.status == "ok", r.reason
+    assert r.energy_j is None and r.energy_window_s < 30.0
+    assert "is shorter than 30 s" in r.energy_reason and "too short" in r.energy_reason

@@ -31,6 +31,7 @@ from ssmbench import reference
 from ssmbench.models import FAMILIES, attention, deltanet, fused, mamba, mamba2, mamba3
 from ssmbench.models.common import BackendUnavailable
 from ssmbench.numerics import Comparison, compare, to_numpy
+from ssmbench.verify import compare_phase
 from tests import triton_cpu
 
 CHECK_TIMEOUT_S = 300  # per check in the worker; each takes a few seconds on 2 cores
@@ -440,6 +441,131 @@ def test_mamba3_takes_bf16_and_power_of_two_sizes():
     call(16, 16, 4, torch.bfloat16, "cuda")
 
 
+VERIFY_FAMILIES = [f for f in FAMILIES]
+
+
+@pytest.mark.parametrize("family", VERIFY_FAMILIES)
+@pytest.mark.parametrize("backend", ["fused", "fused-graph"])
+def test_verify_shapes_of_fused_backends_pass_the_wrappers_shape_checks(family, backend):
+    """No fused backend may be unavailable merely because its verify shape was illegal."""
+    import importlib
+
+    from ssmbench.verify import block_setting
+
+    shapes = importlib.import_module(f"ssmbench.verify.{family}").op_shapes(backend)
+    assert shapes and all(fused.shape_reason(shape) == "" for shape in shapes), shapes
+    size, d_state = block_setting(backend)
+    assert fused.block_shape_reason(family, size.head_dim, d_state) == ""
+
+
+def test_the_awkward_verify_shapes_are_the_ones_the_fused_checks_refuse():
+    """The checks above can fail: naive/torch keep shapes mamba_ssm's Mamba-3 refuses."""
+    from ssmbench.verify import BLOCK_D_STATE, BLOCK_SIZE, mamba3
+
+    assert all(fused.shape_reason(s) for s in mamba3.op_shapes("torch"))
+    assert fused.block_shape_reason("mamba3", BLOCK_SIZE.head_dim, BLOCK_D_STATE)
+    assert fused.shape_reason({"op": "attention", "b": 1, "t": 3, "h": 1, "d": 512})
+
+
+class _FakeCudaTensor:
+    """What _mamba3_check reads of a tensor: is_cuda, dtype, shape."""
+
+    is_cuda = True
+    dtype = torch.bfloat16
+
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+def test_mamba3_verify_inputs_pass_the_kernel_check_and_bound_theta():
+    from ssmbench.verify import FUSED_BLOCK_D_STATE, FUSED_BLOCK_SIZE, Inputs
+    from ssmbench.verify import mamba3 as verify_mamba3
+
+    for b, t, h, g, p, n, r in verify_mamba3.MAMBA3_FUSED_SHAPES:
+        x, B, theta = (_FakeCudaTensor(b, t, h, p), _FakeCudaTensor(b, t, g, n))[:2] + (
+            _FakeCudaTensor(b, t, h, r),
+        )
+        fused._mamba3_check(x, B, theta)  # raises BackendUnavailable if illegal
+        args, _, _ = verify_mamba3._inputs(
+            Inputs(0, torch.device("cpu"), torch.float32), *(b, t, h, g, p, n, r)
+        )
+        assert args[5].abs().max() < np.pi  # atanh(theta / pi) stays finite
+    r = mamba3.Mamba3Mixer(
+        FUSED_BLOCK_SIZE.d_model, d_state=FUSED_BLOCK_D_STATE, head_dim=FUSED_BLOCK_SIZE.head_dim
+    ).n_angles
+    p, n = FUSED_BLOCK_SIZE.head_dim, FUSED_BLOCK_D_STATE
+    fused._mamba3_check(
+        _FakeCudaTensor(2, 3, 5, p), _FakeCudaTensor(2, 3, 5, n), _FakeCudaTensor(2, 3, 5, r)
+    )
+    with pytest.raises(BackendUnavailable, match="even number of angles"):
+        fused._mamba3_check(
+            _FakeCudaTensor(1, 3, 2, 16), _FakeCudaTensor(1, 3, 1, 16), _FakeCudaTensor(1, 3, 2, 3)
+        )
+
+
+def test_bf16_mamba3_tolerance_is_its_own_row():
+    from ssmbench.numerics import TOLERANCES
+    from ssmbench.verify import tolerance_row
+
+    assert tolerance_row("bf16", "fused", "cuda", "mamba3") == "bf16-mamba3"
+    assert tolerance_row("bf16", "fused-graph", "cuda", "mamba3") == "bf16-mamba3"
+    assert tolerance_row("bf16", "torch", "cuda", "mamba3") == "bf16"
+    assert tolerance_row("bf16", "fused", "cuda", "mamba2") == "bf16"
+    assert TOLERANCES["bf16"] < TOLERANCES["bf16-mamba3"]
+
+
+@pytest.mark.parametrize(
+    "phase, installed, device, interpret, expected",
+    [
+        ("decode", "no-extension", "cuda", "0", ""),
+        ("decode", "no-extension", "cpu", "1", ""),
+        ("decode", "no-extension", "cpu", "0", fused.NEEDS_CUDA),
+        ("prefill", "no-extension", "cuda", "0", fused.SELECTIVE_SCAN_CUDA_MISSING),
+        ("train", "no-extension", "cuda", "0", fused.SELECTIVE_SCAN_CUDA_MISSING),
+        (None, "no-extension", "cuda", "0", fused.SELECTIVE_SCAN_CUDA_MISSING),
+        ("prefill", "all", "cuda", "0", ""),
+        ("prefill", "all", "cpu", "1", fused.SELECTIVE_SCAN_NEEDS_CUDA),
+    ],
+)
+def test_mamba1_availability_is_per_phase(
+    monkeypatch, phase, installed, device, interpret, expected
+):
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    absent = "selective_scan_cuda" if installed == "no-extension" else None
+    monkeypatch.setattr(fused, "_installed", lambda package: package != absent)
+    assert fused.unavailable_reason("mamba", device, "bf16", phase=phase) == expected
+
+
+def test_unavailable_reason_rejects_unknown_phases():
+    with pytest.raises(ValueError, match="unknown phase 'sample'"):
+        fused.unavailable_reason("mamba2", "cuda", phase="sample")
+
+
+def _verify_mamba_fused_on_cpu() -> dict:
+    """run_verify of Mamba-1 fused in the worker: no CUDA, so its prefill kernel is
+    unavailable, and its Triton decode step runs under the interpreter."""
+    from ssmbench.cell import run_verify
+
+    return run_verify("mamba", "fused", "cpu", ["fp32"])
+
+
+@needs_mamba_ssm
+def test_mamba1_decode_verifies_where_its_prefill_kernel_cannot_run(interpreter):
+    record = interpreter.submit(_verify_mamba_fused_on_cpu).result(timeout=CHECK_TIMEOUT_S)
+    phases = record["phases"]
+    assert phases["decode"] == {"status": "passed", "reason": ""}
+    for phase in ("prefill", "train"):
+        assert phases[phase]["status"] == "unavailable"
+        assert "selective_scan" in phases[phase]["reason"]
+    assert record["status"] == "unavailable" and record["reason"].startswith(
+        "prefill, train unavailable: "
+    )
+    decode = [c for c in record["checks"] if "decode" in c["phases"]]
+    names = {c["name"].split("[")[0] for c in decode}
+    assert {"selective_scan_step.y", "block.step_vs_torch_forward.y"} <= names
+    assert all(c["ok"] for c in decode) and all(c["phases"] == ["decode"] for c in decode)
+
+
 def test_fused_availability_covers_every_family():
     assert set(fused.FUSED_AVAILABILITY) == set(FAMILIES)
 
@@ -622,7 +748,7 @@ def _mamba3_inputs(seed: int, b: int, t: int, h: int, p: int, g: int, n: int, r:
 @needs_mamba_ssm
 def test_gpu_mamba3():
     """bf16 only (the kernel casts x, B, C, theta and lam to bf16); the phase is compared
-    through its cosine and sine, since mamba_ssm reduces it mod 2 pi."""
+    modulo 2 pi, since mamba_ssm reduces it."""
     x, dt, A, B, C, theta, lam, D, h0 = _mamba3_inputs(10, 2, 200, 4, 64, 1, 64, 16)
     x, B, C = _on_gpu("bf16", x, B, C)
     theta, lam = (v.to(torch.bfloat16).float().cuda() for v in (theta, lam))
@@ -631,21 +757,18 @@ def test_gpu_mamba3():
         *_rounded(x, dt, A, B, C, theta, lam, D), initial_state=to_numpy(h0)
     )
     y, state = fused.mamba3_fused(x, dt, A, B, C, theta, lam, D, initial_state=h0)
+    row = "bf16-mamba3"  # ssmbench.numerics.TOLERANCES says where it comes from
     checks = [
-        compare("mamba3_fused.y", ref_y, y, "bf16"),
-        compare("mamba3_fused.ssm", ref_state.ssm, state.ssm, "bf16"),
-        compare("mamba3_fused.B_prev", ref_state.B_prev, state.B_prev, "bf16"),
-        compare("mamba3_fused.x_prev", ref_state.x_prev, state.x_prev, "bf16"),
+        compare("mamba3_fused.y", ref_y, y, row),
+        compare("mamba3_fused.ssm", ref_state.ssm, state.ssm, row),
+        compare("mamba3_fused.B_prev", ref_state.B_prev, state.B_prev, row),
+        compare("mamba3_fused.x_prev", ref_state.x_prev, state.x_prev, row),
+        compare_phase("mamba3_fused.phase", ref_state.phase, state.phase, row),
     ]
-    for name, fn in (("cos", np.cos), ("sin", np.sin)):
-        phase = to_numpy(state.phase)
-        checks.append(
-            compare(f"mamba3_fused.{name}(phase)", fn(ref_state.phase), fn(phase), "bf16")
-        )
     y_t, _ = fused.mamba3_step_fused(
         x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], theta[:, 0], lam[:, 0], D, state=h0
     )
-    checks.append(compare("mamba3_step_fused.y", ref_y[:, 0], y_t, "bf16"))
+    checks.append(compare("mamba3_step_fused.y", ref_y[:, 0], y_t, row))
     _assert_all(checks)
 
 
@@ -684,3 +807,54 @@ def test_gpu_decode_steps_replay_in_cuda_graphs():
         for part, a, b in zip(("y", "state"), eager, captured, strict=True):
             checks.append(compare(f"{name}.{part} (graph)", a, b, "fp32"))
     _assert_all(checks)
+
+
+# verify on the GPU: the families whose fused shapes or phases are chosen for the kernels'
+# constraints (mamba_ssm's Mamba-3, Mamba-1's Triton step without the CUDA extension,
+# FlashAttention); Mamba-2, DeltaNet and the hybrid autotune dozens of configs per shape,
+# which the verify jobs of a run pay, and the GPU selection (`pytest -k gpu`) leaves out
+GPU_VERIFY_FAMILIES = ["attention", "mamba", "mamba3"]
+
+
+@needs_cuda
+@needs_mamba_ssm
+@pytest.mark.parametrize("family", GPU_VERIFY_FAMILIES)
+def test_gpu_verify_fused_in_bf16(family):
+    from ssmbench.cell import run_verify
+
+    record = run_verify(family, "fused", "cuda", ["bf16"])
+    phases = record["phases"]
+    failed = {p: v["reason"] for p, v in phases.items() if v["status"] == "failed"}
+    assert not failed, failed
+    expected_unavailable = set()
+    if family == "mamba" and importlib.util.find_spec("selective_scan_cuda") is None:
+        expected_unavailable = {"prefill", "train"}  # the decode step is Triton: it runs
+    unavailable = {p for p, v in phases.items() if v["status"] == "unavailable"}
+    assert unavailable == expected_unavailable, {p: phases[p]["reason"] for p in unavailable}
+    assert phases["decode"]["status"] == "passed"
+
+
+@needs_cuda
+@needs_mamba_ssm
+@pytest.mark.parametrize(
+    "family, backend", [("mamba2", "torch-graph"), ("mamba", "fused-graph")], ids=str
+)
+def test_gpu_graph_decode_cell_with_its_base_backends_verify_record(family, backend):
+    """A graph cell takes its base backend's verify record, replays equal to the eager
+    step, reads the clocks of the warm GPU, and counts its graph pool in peak_bytes."""
+    from ssmbench.cell import CellSpec, run_cell, run_verify
+    from ssmbench.config import Cell, Size, Timing
+    from ssmbench.models import GRAPH_BACKENDS
+
+    verify = run_verify(family, GRAPH_BACKENDS[backend], "cuda", ["bf16"])
+    size = Size(d_model=256, n_layers=2, n_heads=4, head_dim=64, expand=2, d_conv=4, chunk=64)
+    timing = Timing(2, 10, 20, min_time_s=0.0, max_time_s=2.0, timeout_s=60.0)
+    cell = Cell(family, backend, "decode", 2, 256, 16, "bf16")
+    r = run_cell(CellSpec("t", cell, "cuda", size, timing), verify=verify)
+    assert r.status == "ok", r.reason
+    assert r.verify["backend"] == GRAPH_BACKENDS[backend]
+    assert r.graph_pool_bytes is not None and r.graph_pool_bytes > 0
+    assert r.peak_bytes == r.weights_bytes + r.cache_bytes + r.activations_bytes
+    assert r.activations_bytes >= r.graph_pool_bytes
+    if r.energy_method != "none":
+        assert r.energy_window_s >= 1.0 and r.energy_j is not None

@@ -317,6 +317,15 @@ def test_op_breakdown_stacks_bucket_shares_in_fixed_order():
     assert "CPU self time" in fig._suptitle.get_text() and "Test CPU" in fig._suptitle.get_text()
 
 
+def test_op_breakdown_leaves_out_cells_that_could_not_be_profiled():
+    ops = synthetic_ops().assign(status="ok", reason="")
+    unprofiled = dict(ops.iloc[0]) | {"backend": "fused", "bucket": None, "time_ms": None}
+    unprofiled |= {"share": None, "status": "unavailable", "reason": "needs a CUDA device"}
+    fig = plots.draw("op_breakdown", pd.concat([ops, pd.DataFrame([unprofiled])]))
+    assert len(fig.axes) == 4  # the four profiled (model, backend) pairs, no fused panel
+    assert not any("fused" in ax.get_title() for ax in fig.axes)
+
+
 def test_efficiency_sweep_has_four_panels_with_derived_quantities():
     cells = synthetic_cells()
     fig = plots.draw("efficiency_sweep", cells, backends=["torch", "naive"])

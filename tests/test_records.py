@@ -157,3 +157,68 @@ def test_read_cells_names_the_file(tmp_path):
         tables.read_cells(path)
     with pytest.raises(FileNotFoundError, match="missing.csv"):
         tables.read_cells(os.path.join(tmp_path, "missing.csv"))
+
+
+def test_a_not_run_cell_validates_and_tabulates(tmp_path):
+    """A cell a budgeted run never reached: status not_run with its reason, no samples."""
+    from ssmbench.plots import STATUS_MARKERS
+
+    never = make_record(
+        status="not_run",
+        reason="budget",
+        samples_ms=[],
+        n_samples=0,
+        time_ms_median=None,
+        time_ms_p95=None,
+        seq_len=128,
+    )
+    path = tmp_path / "never.json"
+    records.write_record(path, never)
+    assert records.read_record(path).status == "not_run"
+    cells = tables.cells_table([make_record(), never])
+    assert list(cells.status) == ["ok", "not_run"]
+    assert "not_run" in records.STATUSES and "not_run" in STATUS_MARKERS
+    schema_statuses = records.schema()["properties"]["status"]["enum"]
+    assert schema_statuses == list(records.STATUSES)
+    with pytest.raises(ValueError, match="reason"):
+        records.validate_record({**never.to_dict(), "reason": ""})
+
+
+def test_ops_table_takes_status_rows_and_old_files(tmp_path):
+    keys = {
+        "run": "t",
+        "model": "mamba3",
+        "backend": "fused",
+        "phase": "prefill",
+        "batch": 1,
+        "seq_len": 64,
+        "d_state": 16,
+        "dtype": "bf16",
+        "device": "cpu",
+        "device_name": "",
+    }
+    status_row = {**keys, "status": "unavailable", "reason": "needs a CUDA device"}
+    profiled = {
+        **keys,
+        "backend": "torch",
+        "bucket": "gemm",
+        "time_ms": 1.5,
+        "share": 1.0,
+        "n_kernels": 2.0,
+        "top_kernels": "aten::mm",
+        "time_basis": "cpu_self",
+    }
+    tables.write_ops([status_row], tmp_path / "a.ops.csv")
+    tables.write_ops([{**profiled, "status": "ok", "reason": ""}], tmp_path / "b.ops.csv")
+    pd.DataFrame([profiled]).to_csv(tmp_path / "old.ops.csv", index=False)  # no status
+    ops = tables.ops_table([tmp_path / "a.ops.csv", tmp_path / "b.ops.csv"])
+    assert sorted(ops.status) == ["ok", "unavailable"]
+    assert ops.set_index("backend").loc["fused", "reason"] == "needs a CUDA device"
+    assert list(tables.read_ops(tmp_path / "old.ops.csv").status) == ["ok"]
+    # an ok row without a bucket, or a status row without a reason, is refused
+    tables.write_ops([{**status_row, "reason": ""}], tmp_path / "bad.ops.csv")
+    with pytest.raises(ValueError, match="why_not_ok"):
+        tables.read_ops(tmp_path / "bad.ops.csv")
+    tables.write_ops([{**keys, "status": "ok", "reason": ""}], tmp_path / "bad2.ops.csv")
+    with pytest.raises(ValueError, match="ok_has_bucket"):
+        tables.read_ops(tmp_path / "bad2.ops.csv")

@@ -1,9 +1,16 @@
-"""Command line: measure one cell ad hoc, or verify one (model, backend).
+"""Command line: measure one cell ad hoc, verify one (model, backend), or lock the GPU clocks.
 
     python -m ssmbench cell --model mamba --backend torch --seq-len 2048
     python -m ssmbench verify --model attention --backend naive
     python -m ssmbench plan --preset lease      # jobs and estimated seconds
     python -m ssmbench pack DEST --run lease    # a run's outputs as a few files
+    python -m ssmbench clocks lock|restore|status
+
+``verify`` of a graph backend (torch-graph, fused-graph) verifies its base backend and says
+so (``note``).  ``clocks`` locks the GPU's graphics clock at its highest supported value
+(``nvidia-smi -lgc``, root only; never on a rented or shared machine), restores it, or
+shows it (:mod:`ssmbench.measure.clocks`); a run script that locks exports
+SSMBENCH_CLOCKS_LOCKED=1 so that every cell record says ``clocks_locked``.
 
 ``cell`` verifies the backend first (as the workflow does), then measures the cell with the
 size and timing budget of a preset (``--preset``, default ``cpu``) and prints its record as
@@ -75,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("--run", required=True)
     pack.add_argument("--extra", nargs="*", default=[], help="files to send as they are")
 
+    clocks = sub.add_parser("clocks", help="lock, restore or show the GPU clocks (opt-in)")
+    clocks.add_argument("action", choices=["lock", "restore", "status"])
+    clocks.add_argument("--gpu", type=int, default=0, help="nvidia-smi device index")
+
     args = parser.parse_args(argv)
+    if args.command == "clocks":
+        return _clocks(args.action, args.gpu)
     if args.command == "plan":
         return _print_plan(args)
     if args.command == "pack":
@@ -137,6 +150,24 @@ def _print_plan(args) -> int:
     if args.jobs:
         for job in budget.jobs(plan):
             print(f"  {job.rule:10s} {job.seconds:7.1f} s  {job.name}")
+    return 0
+
+
+def _clocks(action: str, gpu: int) -> int:
+    from ssmbench.measure import clocks
+
+    try:
+        if action == "lock":
+            mhz = clocks.lock(gpu)
+            print(f"GPU {gpu}: graphics clock locked at {mhz} MHz; export {clocks.ENV_VAR}=1")
+        elif action == "restore":
+            clocks.restore(gpu)
+            print(f"GPU {gpu}: graphics clock restored; unset {clocks.ENV_VAR}")
+        else:
+            print(json.dumps(clocks.status(gpu)))
+    except clocks.ClockError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

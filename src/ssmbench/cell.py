@@ -94,17 +94,31 @@ def _unavailable(error: BaseException) -> bool:
     return isinstance(error, BackendUnavailable)
 
 
+PHASES = ("prefill", "decode", "train")
+
+
 def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: int = 0) -> dict:
     """Check (model, backend) against the float64 reference on ``device`` in each dtype.
 
-    Returns the verify record: ``status`` is ``passed``, ``failed`` or ``unavailable``;
-    ``checks`` lists every comparison with its errors and tolerances.
+    Returns the verify record: ``phases`` maps each phase (prefill, decode, train) to its
+    ``{"status", "reason"}``, status ``passed``, ``failed`` or ``unavailable``: a phase is
+    failed when one of its checks (:func:`ssmbench.verify.check_phases`) failed in some
+    dtype, unavailable when its kernels could not run in some dtype, passed otherwise.
+    The top-level ``status`` sums them up: ``passed`` when every phase passed, ``failed``
+    when one failed, else ``unavailable``; ``reason`` says which phases and why.
+    ``checks`` lists every comparison with its errors, tolerances and phases.
+
+    A graph backend (``torch-graph``, ``fused-graph``) replays its base backend's decode
+    step: the base is verified, the record is the base's (``backend`` is the base, ``note``
+    says so), and each graph cell checks its replay equal to the eager step before timing.
     """
+    from ssmbench.models import GRAPH_BACKENDS
     from ssmbench.verify import verify_backend
 
+    base = GRAPH_BACKENDS.get(backend, backend)
     record = {
         "model": model,
-        "backend": backend,
+        "backend": base,
         "device": device,
         "dtypes": list(dtypes),
         "seed": seed,
@@ -113,30 +127,43 @@ def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: i
         "reason": "",
         "checks": [],
     }
-    from ssmbench.models import GRAPH_BACKENDS
-
-    # A graph backend replays its base backend's decode step: the base is verified here,
-    # and each cell checks its replay equal to the eager step before timing it.
-    base = GRAPH_BACKENDS.get(backend, backend)
+    if base != backend:
+        record["note"] = (
+            f"{backend} replays {base}'s decode step: this is the verification of {base}; "
+            f"each {backend} cell checks its replay equal to the eager step before timing"
+        )
+    unavailable: dict[str, list[str]] = {phase: [] for phase in PHASES}
+    crashed: dict[str, list[str]] = {phase: [] for phase in PHASES}
     reason = device_unavailable(device)
-    if not reason and base != backend and device != "cuda":
-        reason = f"{backend}: CUDA graphs need a CUDA device (this run's device is {device})"
     if reason:
-        record.update(status="unavailable", reason=reason)
+        for phase in PHASES:
+            unavailable[phase].append(reason)
     else:
         for dtype in dtypes:
             try:
                 result = verify_backend(model, base, device=device, dtype=dtype, seed=seed)
             except Exception as e:  # a crash in a backend is a failed verification
-                if _unavailable(e):
-                    record.update(status="unavailable", reason=str(e))
-                else:
-                    record.update(status="failed", reason=f"{dtype}: {type(e).__name__}: {e}")
-                break
+                for phase in PHASES:
+                    if _unavailable(e):
+                        unavailable[phase].append(f"{dtype}: {e}")
+                    else:
+                        crashed[phase].append(f"{dtype}: {type(e).__name__}: {e}")
+                continue
             record["checks"] += result["checks"]
-        failed = [c for c in record["checks"] if not c["ok"]]
-        if failed:
-            record.update(status="failed", reason="; ".join(_describe(c) for c in failed))
+            for phase, why in result.get("unavailable", {}).items():
+                unavailable[phase].append(f"{dtype}: {why}")
+    record["phases"] = {}
+    for phase in PHASES:
+        failed = [c for c in record["checks"] if not c["ok"] and phase in c.get("phases", PHASES)]
+        if failed or crashed[phase]:
+            status = "failed"
+            why = "; ".join(crashed[phase] + [_describe(c) for c in failed])
+        elif unavailable[phase]:
+            status, why = "unavailable", "; ".join(dict.fromkeys(unavailable[phase]))
+        else:
+            status, why = "passed", ""
+        record["phases"][phase] = {"status": status, "reason": why}
+    record["status"], record["reason"] = _summary(record["phases"])
     record["passed"] = record["status"] == "passed"
     record["ended"] = now()
     return record
@@ -150,9 +177,35 @@ def _describe(check: dict) -> str:
     )
 
 
+def _summary(phases: dict) -> tuple[str, str]:
+    """The top-level (status, reason) of per-phase verify results."""
+    statuses = {v["status"] for v in phases.values()}
+    if statuses == {"passed"}:
+        return "passed", ""
+    status = "failed" if "failed" in statuses else "unavailable"
+    reasons: dict[str, list[str]] = {}
+    for phase, v in phases.items():
+        if v["status"] != "passed":
+            reasons.setdefault(f"{v['status']}: {v['reason']}", []).append(phase)
+    if len(reasons) == 1 and len(next(iter(reasons.values()))) == len(phases):
+        return status, next(iter(reasons)).split(": ", 1)[1]
+    return status, "; ".join(f"{', '.join(ps)} {why}" for why, ps in reasons.items())
+
+
 def verify_summary(verify: dict) -> dict:
-    """The part of a verify record a cell record keeps."""
-    return {k: verify[k] for k in ("status", "reason", "device", "dtypes", "seed")}
+    """The part of a verify record a cell record keeps (``backend`` and ``phases`` where
+    the record has them: a graph cell keeps its base backend's)."""
+    keys = ("status", "reason", "device", "dtypes", "seed", "backend", "phases")
+    return {k: verify[k] for k in keys if k in verify}
+
+
+def phase_verdict(verify: dict, phase: str) -> tuple[str, str]:
+    """(status, reason) of ``phase`` in a verify record; a record without ``phases`` (an
+    older one) has one verdict for every phase."""
+    phases = verify.get("phases") or {}
+    if phase in phases:
+        return phases[phase]["status"], phases[phase]["reason"]
+    return verify["status"], verify["reason"]
 
 
 def run_cell(
@@ -217,11 +270,13 @@ class Work:
     """What one cell times: ``fn()`` runs one call of its phase.
 
     ``cache`` is the state or KV cache the call reads (decode) or returns (prefill), for
-    the memory split; ``train`` says whether gradients are on.
+    the memory split; ``train`` says whether gradients are on; ``graph_pool_bytes`` is the
+    memory a CUDA graph's capture took (graph cells, see :class:`GraphReplay`), else None.
     """
 
-    def __init__(self, fn, cache, train: bool):
+    def __init__(self, fn, cache, train: bool, graph_pool_bytes: float | None = None):
         self.fn, self.cache, self.train = fn, cache, train
+        self.graph_pool_bytes = graph_pool_bytes
 
 
 def phase_work(c: Cell, model, x) -> Work:
@@ -268,7 +323,8 @@ def phase_work(c: Cell, model, x) -> Work:
             model.backend = backend
         x_t = x[:, -1].clone()  # (b, d_model): any token will do, this one is real data
         if c.backend in GRAPH_BACKENDS:
-            return Work(graph_step(model, x_t, cache), cache, train=False)
+            replay = graph_step(model, x_t, cache)
+            return Work(replay, cache, train=False, graph_pool_bytes=replay.pool_bytes)
         return Work(lambda: model.step(x_t, cache), cache, train=False)
     if c.phase == "train":
         params = list(model.parameters())
@@ -337,15 +393,83 @@ def profile_cell(
     return [{**keys, "device_name": device_name(spec.device), **row} for row in rows]
 
 
-def graph_step(model, x_t, cache, warmup: int = 3):
-    """``model.step(x_t, cache)`` captured once in a CUDA graph; returns its replay.
+def profile_or_status(
+    spec: CellSpec,
+    verify: dict | None = None,
+    trace_path: str | None = None,
+    threads: int | None = None,
+    iters: int = 3,
+) -> list[dict]:
+    """The rows of a profile job, whatever happens: :func:`profile_cell`'s rows with
+    ``status`` ok, or, where the cell cannot be profiled (its device or CUDA graphs are
+    unavailable here, its verification did not pass for its phase, or the profile raised),
+    one row with the cell's keys, its ``status`` (unavailable, failed or oom) and
+    ``reason``, and an empty Chrome trace at ``trace_path`` (so the job's outputs exist and
+    the run's aggregate never fails for a profile that could not run)."""
+    c = spec.cell
+    keys = {"run": spec.run, **asdict(c), "device": spec.device}
+    status = reason = ""
+    unavailable = device_unavailable(spec.device) or graph_unavailable(c.backend, spec.device)
+    if unavailable:
+        status, reason = "unavailable", unavailable
+    elif verify is not None:
+        status, reason = _verify_unusable(c, verify) or ("", "")
+    if not status:
+        try:
+            rows = profile_cell(spec, trace_path=trace_path, threads=threads, iters=iters)
+            return [{**row, "status": "ok", "reason": ""} for row in rows]
+        except Exception as e:
+            if _unavailable(e):
+                status, reason = "unavailable", str(e)
+            else:
+                status = "oom" if is_oom(e) else "failed"
+                reason = f"{type(e).__name__}: {e}".strip()
+    if trace_path is not None:
+        from ssmbench.measure.profile import write_empty_trace
+
+        write_empty_trace(trace_path)
+    try:
+        name = device_name(spec.device) if not unavailable else ""
+    except Exception:  # the device is what failed
+        name = ""
+    return [{**keys, "device_name": name, "status": status, "reason": reason}]
+
+
+class GraphReplay:
+    """The replay of a captured decode step, holding everything the graph reads and writes.
+
+    A CUDA graph replays fixed device addresses: its static inputs (``x_t``, the cache)
+    and its outputs (``outputs``, the step's y and new cache, in the graph's private memory
+    pool) must stay alive as long as the graph is replayed, so they are attributes of this
+    object, which is the cell's timed callable, not only names in a closure.
+
+    ``pool_bytes`` is the memory the capture took on the device: the growth of the CUDA
+    caching allocator's reserved bytes across the capture (the private pool's segments,
+    intermediates freed back into the pool included), at least the growth of its allocated
+    bytes (the outputs, still live).  Replays allocate nothing, so this is the graph's
+    footprint beyond the weights and the cache; the cell counts it in ``peak_bytes``.
+    """
+
+    def __init__(self, graph, x_t, cache, outputs, pool_bytes: float):
+        self.graph, self.x_t, self.cache, self.outputs = graph, x_t, cache, outputs
+        self.pool_bytes = float(pool_bytes)
+
+    def __call__(self):
+        self.graph.replay()
+        return self.outputs
+
+
+def graph_step(model, x_t, cache, warmup: int = 3, cuda=None) -> GraphReplay:
+    """``model.step(x_t, cache)`` captured once in a CUDA graph; returns its
+    :class:`GraphReplay`.
 
     The step reads only static buffers (x_t and the cache, which every sample steps from)
     and writes its outputs into the graph's own memory pool, so one replay is one decode
     step.  Warm-up runs on a side stream first (lazy initialisation, Triton autotuning and
     cuBLAS workspaces stay out of the capture, as the CUDA-graph notes of PyTorch advise);
     then one replay is checked equal to the eager step before anything is timed: a
-    mismatch raises, and the cell is ``failed`` with the error.
+    mismatch raises, and the cell is ``failed`` with the error.  ``cuda`` replaces
+    ``torch.cuda`` (the tests pass a fake with the same few names).
     """
     import torch
 
@@ -353,46 +477,91 @@ def graph_step(model, x_t, cache, warmup: int = 3):
     from ssmbench.models.common import BackendUnavailable
     from ssmbench.numerics import compare
 
-    if not x_t.is_cuda:
-        raise BackendUnavailable("CUDA graphs need a CUDA device")
+    if cuda is None:
+        if not x_t.is_cuda:
+            raise BackendUnavailable("CUDA graphs need a CUDA device")
+        cuda = torch.cuda
     with torch.inference_mode():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        side = cuda.Stream()
+        side.wait_stream(cuda.current_stream())
+        with cuda.stream(side):
             for _ in range(warmup):
                 eager_y, _ = model.step(x_t, cache)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            graph_y, _ = model.step(x_t, cache)
+        cuda.current_stream().wait_stream(side)
+        cuda.synchronize()
+        allocated, reserved = cuda.memory_allocated(), cuda.memory_reserved()
+        graph = cuda.CUDAGraph()
+        with cuda.graph(graph):
+            outputs = model.step(x_t, cache)
+        cuda.synchronize()
+        pool_bytes = max(cuda.memory_reserved() - reserved, cuda.memory_allocated() - allocated, 0)
         graph.replay()
-        torch.cuda.synchronize()
+        cuda.synchronize()
         dtype = {v: k for k, v in DTYPES.items()}[eager_y.dtype]  # the tolerance row
-        check = compare("graph_step", eager_y, graph_y, dtype)
+        check = compare("graph_step", eager_y, outputs[0], dtype)
         if not check.ok:
             raise RuntimeError(f"graph replay differs from the eager step: {check}")
-    return graph.replay
+    return GraphReplay(graph, x_t, cache, outputs, pool_bytes)
+
+
+def graph_unavailable(backend: str, device: str) -> str:
+    """Why a cell of ``backend`` cannot run on ``device`` because it is a CUDA-graph
+    backend off CUDA ("" otherwise)."""
+    from ssmbench.models import GRAPH_BACKENDS
+
+    if backend in GRAPH_BACKENDS and device != "cuda":
+        return f"{backend}: CUDA graphs need a CUDA device (this run's device is {device})"
+    return ""
+
+
+def _verify_unusable(c: Cell, verify: dict) -> tuple[str, str] | None:
+    """(status, reason) when the verify record does not let cell ``c`` be timed: it is for
+    another backend (a graph cell takes its base backend's record), or its verdict for the
+    cell's phase is not ``passed``; None when the cell may be timed."""
+    from ssmbench.models import GRAPH_BACKENDS
+
+    accepted = (c.backend, GRAPH_BACKENDS.get(c.backend, c.backend))
+    backend = verify.get("backend", c.backend)
+    if backend not in accepted or verify.get("model", c.model) != c.model:
+        return "failed", (
+            f"the verify record is for {verify.get('model')}/{backend}, not for "
+            f"{c.model}/{c.backend} (which takes {c.model}/{accepted[-1]}'s)"
+        )
+    status, reason = phase_verdict(verify, c.phase)
+    if status == "passed":
+        return None
+    return (
+        "unavailable" if status == "unavailable" else "failed",
+        f"verification {status} for {c.model}/{backend} ({c.phase}): "
+        + (reason or "no reason recorded"),
+    )
 
 
 def _measure_into(
     record: CellRecord, spec: CellSpec, verify: dict | None, threads, device_info, deadline
 ) -> None:
     c = spec.cell
-    if verify is not None and verify["status"] != "passed":
-        record.status = "unavailable" if verify["status"] == "unavailable" else "failed"
-        record.reason = f"verification {verify['status']} for {c.model}/{c.backend}: " + (
-            verify["reason"] or "no reason recorded"
-        )
-        return
-    unavailable = device_unavailable(spec.device)
+    unavailable = device_unavailable(spec.device) or graph_unavailable(c.backend, spec.device)
     if unavailable:
         record.status, record.reason = "unavailable", unavailable
         return
+    if verify is not None:
+        unusable = _verify_unusable(c, verify)
+        if unusable is not None:
+            record.status, record.reason = unusable
+            return
 
     import torch
 
     from ssmbench.measure.allocator import set_host_allocator
-    from ssmbench.measure.energy import EnergyMeter, clock_drop, gpu_clocks
+    from ssmbench.measure.clocks import clocks_locked
+    from ssmbench.measure.energy import (
+        EnergyMeter,
+        clock_drop,
+        gpu_clocks,
+        min_window_s,
+        window_reason,
+    )
     from ssmbench.measure.memory import measure_peak, tensor_bytes
     from ssmbench.measure.timing import measure
 
@@ -407,9 +576,23 @@ def _measure_into(
     fn = work.fn
     meter = EnergyMeter(spec.device)
     cuda = spec.device == "cuda"
-    clocks_before = gpu_clocks() if cuda else None
+    record.clocks_locked = clocks_locked()
+    clocks = {}  # the GPU clocks of the warm device, before and after the timed loop
+
+    def read_clocks():
+        clocks["before"] = gpu_clocks()
+
     with torch.inference_mode(not work.train):
-        result = measure(fn, spec.timing, spec.device, deadline=deadline, meter=meter)
+        result = measure(
+            fn,
+            spec.timing,
+            spec.device,
+            deadline=deadline,
+            meter=meter,
+            after_warmup=read_clocks if cuda else None,
+            min_meter_s=min_window_s(spec.device),
+        )
+    clocks_before = clocks.get("before") or {"sm_clock_mhz": None, "temperature_c": None}
     clocks_after = gpu_clocks() if cuda else None
     record.measure_s = time.perf_counter() - start
     record.samples_ms = result.samples_ms
@@ -442,8 +625,13 @@ def _measure_into(
     energy = meter.result
     if energy is not None:
         record.energy_method, record.energy_reason = energy.method, energy.reason
-        if energy.energy_j is not None and record.n_samples:
-            record.energy_j = energy.energy_j / record.n_samples  # one call
+        record.energy_window_s = energy.duration_s
+        too_short = window_reason(energy.duration_s, spec.device)
+        if too_short and energy.energy_j is not None:
+            record.energy_reason = too_short
+        elif energy.energy_j is not None and result.meter_calls:
+            # the window holds the timed calls and any untimed ones that padded it
+            record.energy_j = energy.energy_j / result.meter_calls  # one call
             record.energy_j_per_token = record.energy_j / n.tokens
     if cuda:
         record.sm_clock_before_mhz = clocks_before["sm_clock_mhz"]
@@ -466,9 +654,13 @@ def _measure_into(
     record.memory_method = peak["method"]
     cache = float(tensor_bytes(work.cache)) if work.cache is not None else 0.0
     record.cache_bytes = cache
+    #   graph decode: a replay allocates nothing; the step's activations live in the graph's
+    #   private pool, measured at capture (GraphReplay.pool_bytes) and counted here
     if c.phase == "prefill":
         record.peak_bytes = record.weights_bytes + peak["peak_bytes"]
         record.activations_bytes = max(peak["peak_bytes"] - cache, 0.0)
     else:
-        record.peak_bytes = record.weights_bytes + cache + peak["peak_bytes"]
-        record.activations_bytes = float(peak["peak_bytes"])
+        pool = work.graph_pool_bytes or 0.0
+        record.graph_pool_bytes = work.graph_pool_bytes
+        record.activations_bytes = float(peak["peak_bytes"]) + pool
+        record.peak_bytes = record.weights_bytes + cache + record.activations_bytes

@@ -17,12 +17,21 @@ import numpy as np
 # "tf32" is the row of fp32 inputs whose products run on tensor cores in TF32 (10 explicit
 # mantissa bits, as fp16): the fused Triton kernels on CUDA, where tl.dot takes fp32
 # operands in TF32 by default (ssmbench.verify.tolerance_row).
+# "bf16-mamba3" is the row of mamba_ssm's Mamba-3 SISO kernels in bf16 (the only dtype they
+# take): beyond the inputs they round the rotated B and C, the C.B products and the chunk
+# states to bf16.  Source: mamba_ssm's own tests (state-spaces/mamba,
+# tests/ops/triton/test_mamba3_siso.py) compare the kernels with a reference fed the same
+# bf16 inputs and assert a relative error under rtol = 5e-2 for the step kernel; for the
+# chunked kernel they note 6-8 % and keep rtol = 1e-1 (assert left commented out).  Their
+# error is the 95th percentile over elements with |ref| >= 1e-2; ours is every element
+# (numpy.allclose), so the row takes their looser 1e-1 for both parts.
 TOLERANCES: dict[str, tuple[float, float]] = {
     "fp64": (1e-10, 1e-10),
     "fp32": (1e-4, 1e-4),
     "tf32": (5e-3, 5e-3),
     "fp16": (5e-3, 5e-3),
     "bf16": (3e-2, 3e-2),
+    "bf16-mamba3": (1e-1, 1e-1),
 }
 
 

@@ -40,7 +40,13 @@ BACKEND_STYLES = {
     "torch-graph": dict(linestyle="-.", marker="v"),
     "fused-graph": dict(linestyle="-.", marker="P"),
 }
-STATUS_MARKERS = {"oom": "X", "timeout": "$T$", "unavailable": "$U$", "failed": "$F$"}
+STATUS_MARKERS = {
+    "oom": "X",
+    "timeout": "$T$",
+    "unavailable": "$U$",
+    "failed": "$F$",
+    "not_run": "$N$",  # a budgeted run never reached the cell
+}
 PHASES = ("prefill", "decode", "train")
 PHASE_MARKERS = {"prefill": "o", "decode": "s", "train": "^"}
 # Operator buckets of the ops table, in the one order every figure stacks and lists them.
@@ -800,6 +806,8 @@ def op_breakdown(
     the panel's title.  With several phases, a panel per (model, backend, phase)."""
     title = "Operator breakdown"
     wanted = dict(phase=phase, model=models, backend=backends)
+    if "status" in ops:  # a cell that could not be profiled has a status row, no times
+        ops = ops[ops.status.fillna("ok") == "ok"]
     data = _filter(ops, **wanted)
     data = _with_columns(
         data,

@@ -1,8 +1,9 @@
 """The result record of a cell (one dataclass), its JSON schema, and atomic writes.
 
 Every cell writes one record whatever happens (DESIGN.md, "Status is data"): ``status`` is
-``ok``, ``oom``, ``unavailable``, ``timeout`` or ``failed``, and ``reason`` says why when it
-is not ``ok``.  Quantities that a run does not measure yet are ``None`` (empty in tables).
+``ok``, ``oom``, ``unavailable``, ``timeout``, ``failed`` or ``not_run`` (a cell a budgeted
+run never reached; reason e.g. ``budget``), and ``reason`` says why when it is not ``ok``.
+Quantities that a run does not measure yet are ``None`` (empty in tables).
 """
 
 from __future__ import annotations
@@ -71,18 +72,21 @@ class CellRecord:
     cache_bytes: float | None = None
     cache_bytes_analytic: float | None = None  # ssmbench.counts, at the model's dtype
     activations_bytes: float | None = None
+    graph_pool_bytes: float | None = None  # a CUDA graph's private memory pool (graph cells)
     memory_method: str = ""
     # energy of one call (joules), and how it was measured or why not
     energy_j: float | None = None
     energy_j_per_token: float | None = None
     energy_method: str = ""
     energy_reason: str = ""
+    energy_window_s: float | None = None  # the meter's window (timed calls, then padding)
     # GPU clocks around the timed loop (NVML); a drop flags throttling
     sm_clock_before_mhz: float | None = None
     sm_clock_after_mhz: float | None = None
     temperature_before_c: float | None = None
     temperature_after_c: float | None = None
     clock_drop: bool | None = None
+    clocks_locked: bool = False  # the run locked the GPU clocks (ssmbench.measure.clocks)
     # where it came from
     verify: dict | None = None
     git_commit: str = ""

@@ -162,9 +162,14 @@ SAMPLES_SCHEMA = pa.DataFrameSchema(
     strict=True,
 )
 
+# One row per (profiled cell, bucket) with status ok; a cell that could not be profiled has
+# one row with its status (unavailable, failed, oom) and reason, and no bucket or times
+# (ssmbench.cell.profile_or_status).
 OPS_COLUMNS = KEYS + [
     "device",
     "device_name",
+    "status",
+    "reason",
     "bucket",
     "time_ms",
     "share",
@@ -177,13 +182,25 @@ OPS_SCHEMA = pa.DataFrameSchema(
         **{k: CELLS_SCHEMA.columns[k] for k in KEYS},
         "device": pa.Column(str, coerce=True),
         "device_name": pa.Column(str, nullable=True, coerce=True),
-        "bucket": pa.Column(str, pa.Check.isin(list(BUCKETS)), coerce=True),
-        "time_ms": pa.Column(float, pa.Check.ge(0), coerce=True),
-        "share": pa.Column(float, pa.Check.in_range(0, 1), coerce=True),
-        "n_kernels": pa.Column(float, pa.Check.ge(0), coerce=True),
+        "status": pa.Column(str, pa.Check.isin(list(STATUSES)), coerce=True),
+        "reason": pa.Column(str, nullable=True, coerce=True),
+        "bucket": pa.Column(str, pa.Check.isin(list(BUCKETS)), nullable=True, coerce=True),
+        "time_ms": pa.Column(float, pa.Check.ge(0), nullable=True, coerce=True),
+        "share": pa.Column(float, pa.Check.in_range(0, 1), nullable=True, coerce=True),
+        "n_kernels": pa.Column(float, pa.Check.ge(0), nullable=True, coerce=True),
         "top_kernels": pa.Column(str, nullable=True, coerce=True),
-        "time_basis": pa.Column(str, pa.Check.isin(["cuda_device", "cpu_self"]), coerce=True),
+        "time_basis": pa.Column(
+            str, pa.Check.isin(["cuda_device", "cpu_self"]), nullable=True, coerce=True
+        ),
     },
+    checks=[
+        # an ok row is a bucket with its time; any other row says why there is none
+        pa.Check(
+            lambda df: (df.status != "ok") | (df.bucket.notna() & df.time_ms.notna()),
+            name="ok_has_bucket",
+        ),
+        pa.Check(lambda df: (df.status == "ok") | (df.reason.str.len() > 0), name="why_not_ok"),
+    ],
     unique=KEYS + ["bucket"],
     strict=True,
 )
@@ -288,14 +305,33 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
 
 def ops_table(ops_paths: Iterable[str]) -> pd.DataFrame:
     """The operator profiles of a run's profiled cells, one row per (cell, bucket)."""
-    frames = [pd.read_csv(p, dtype={"top_kernels": object}) for p in ops_paths]
+    text = {c: object for c in ("top_kernels", "reason", "status", "bucket", "time_basis")}
+    frames = [pd.read_csv(p, dtype=text) for p in ops_paths]
     frames = [f for f in frames if not f.empty]
     if not frames:
         return OPS_SCHEMA.validate(pd.DataFrame(columns=OPS_COLUMNS))
-    df = pd.concat(frames, ignore_index=True)[OPS_COLUMNS]
-    df["top_kernels"] = df["top_kernels"].fillna("")
+    df = pd.concat(frames, ignore_index=True)
+    if "status" not in df:  # written before profiles had a status: every row profiled
+        df["status"] = "ok"
+    if "reason" not in df:
+        df["reason"] = ""
+    df = df[OPS_COLUMNS]
+    df["status"] = df["status"].fillna("ok")
+    for col in ("top_kernels", "reason"):
+        df[col] = df[col].fillna("")
     df = df.sort_values([*KEYS, "bucket"], ignore_index=True)
     return OPS_SCHEMA.validate(df)
+
+
+def write_ops(rows: list[dict], path: str | os.PathLike) -> pd.DataFrame:
+    """Write a profile job's rows (``ssmbench.cell.profile_or_status``) to ``path`` as CSV,
+    atomically, in :data:`OPS_COLUMNS` order, and return the table written."""
+    table = pd.DataFrame(rows).reindex(columns=OPS_COLUMNS)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = f"{path}.tmp"
+    table.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+    return table
 
 
 def read_ops(path: str | os.PathLike) -> pd.DataFrame:

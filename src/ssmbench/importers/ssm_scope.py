@@ -590,6 +590,8 @@ def _profile_ops(folder: Path, run: str, spec: Run) -> tuple[list[dict], list[Pa
                 "dtype": model.dtype,
                 "device": match["device"],
                 "device_name": spec.device_name,
+                "status": "ok",
+                "reason": "",
                 "bucket": bucket,
                 "time_ms": group.time_ms.sum(),
                 "share": group.time_ms.sum() / total_ms if total_ms > 0 else 0.0,

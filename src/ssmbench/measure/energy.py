@@ -45,14 +45,42 @@ __all__ = [
     "EnergyMeter",
     "EnergyResult",
     "clock_drop",
+    "MIN_WINDOW_S",
     "gpu_clocks",
     "load_nvml",
+    "min_window_s",
     "trapezoid_j",
+    "window_reason",
 ]
 
 RAPL_ROOT = Path("/sys/class/powercap")
 NVML_ERROR_NOT_SUPPORTED = 3  # nvml.h: NVML_ERROR_NOT_SUPPORTED
 DEFAULT_SAMPLE_INTERVAL_S = 0.02
+# The shortest window an energy reading is trusted over, by device.  NVML's total-energy
+# counter advances in steps of 20-100 ms on recent GPUs (PETSc's PetscLogGpuEnergyMeter
+# notes), and its power readings may average over up to a second: over 1 s one step is
+# 2-10 % of the window.  RAPL's package counters update about every millisecond (the rate
+# usually quoted from Intel's documentation of the energy status MSRs; not measured here),
+# so a CPU window is not padded.  A timed loop shorter than this is padded with untimed
+# calls (ssmbench.measure.timing.measure, min_meter_s).
+MIN_WINDOW_S = {"cuda": 1.0, "cpu": 0.0}
+
+
+def min_window_s(device: str) -> float:
+    """The shortest energy window for ``device`` ("cuda", "cuda:1", "cpu"), in seconds."""
+    return MIN_WINDOW_S.get(device.split(":", 1)[0], 0.0)
+
+
+def window_reason(duration_s: float, device: str) -> str:
+    """Why an energy reading over ``duration_s`` seconds on ``device`` is too short to
+    trust ("" when it is not)."""
+    shortest = min_window_s(device)
+    if duration_s >= shortest:
+        return ""
+    return (
+        f"energy window of {duration_s:.3f} s is shorter than {shortest:g} s (NVML's energy "
+        "counter advances in steps of 20-100 ms): reading too short, not recorded"
+    )
 
 
 @dataclass

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import json
 import os
 import re
 import shutil
@@ -324,6 +325,19 @@ def profile_ops(
         export_trace(prof, trace_path)
     basis = "cuda_device" if cuda else "cpu_self"
     return [{**row, "time_basis": basis} for row in rows]
+
+
+def write_empty_trace(trace_path: str) -> None:
+    """Write a valid Chrome trace with no events (``{"traceEvents": []}``) to
+    ``trace_path``, gzipped for a ``.gz`` path: the trace of a cell that could not be
+    profiled, so the job's outputs exist and a trace viewer opens it."""
+    os.makedirs(os.path.dirname(os.path.abspath(trace_path)), exist_ok=True)
+    data = json.dumps({"traceEvents": []}).encode()
+    tmp = f"{trace_path}.tmp"
+    opener = gzip.open if trace_path.endswith(".gz") else open
+    with opener(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, trace_path)
 
 
 def export_trace(prof, trace_path: str) -> None:

@@ -22,10 +22,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ssmbench.config import Timing
+from ssmbench.errors import CellTimeout
 
-
-class CellTimeout(Exception):
-    """The cell's deadline passed (raised by :func:`deadline_alarm` inside a long call)."""
+__all__ = ["CellTimeout", "TimingResult", "deadline_alarm", "measure"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,9 @@ class TimingResult:
     warmup: int
     measure_s: float  # wall time of warm-up and sampling together
     timed_out: bool = False
+    # the meter's window: the timed calls, then untimed ones until min_meter_s was reached
+    meter_calls: int = 0
+    meter_s: float | None = None
 
     @property
     def median_ms(self) -> float:
@@ -99,6 +101,8 @@ def measure(
     device: str = "cpu",
     deadline: float | None = None,
     meter=None,
+    after_warmup: Callable[[], object] | None = None,
+    min_meter_s: float = 0.0,
 ) -> TimingResult:
     """Run ``fn`` ``timing.warmup`` times and for at least ``timing.warmup_s`` seconds
     untimed, then time it until :func:`_enough` (at least one sample unless the deadline
@@ -106,35 +110,71 @@ def measure(
 
     ``deadline`` is a ``time.monotonic()`` instant after which no call starts; a
     :class:`CellTimeout` raised inside ``fn`` (see :func:`deadline_alarm`) also ends the
-    measurement.  ``meter`` (optional, with ``start()`` and ``stop()``, such as
+    measurement.  ``after_warmup`` (optional) is called once between the warm-up and the
+    first sample, the device idle (e.g. to read the GPU clocks of the warm device).
+    ``meter`` (optional, with ``start()`` and ``stop()``, such as
     :class:`ssmbench.measure.energy.EnergyMeter`) is started after the warm-up and stopped
-    after the last sample, so it covers the timed calls only.
+    after the last sample; when the samples took less than ``min_meter_s`` seconds, ``fn``
+    keeps being called, untimed, inside the meter's window until it is that long (or the
+    deadline comes), so that a coarse counter is read over a window it can resolve.
+    ``meter_calls`` counts every call in the window, ``meter_s`` its wall time.
     """
     start = time.perf_counter()
     warm = 0
+    samples_ms: list[float] = []
+    meter_calls, meter_s = 0, None
     try:
         while warm < timing.warmup or time.perf_counter() - start < timing.warmup_s:
             if _past(deadline):
                 return TimingResult([], warm, time.perf_counter() - start, timed_out=True)
             fn()
             warm += 1
-        if device == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-        samples_ms: list[float] = []
+        _synchronize(device)
+        if after_warmup is not None:
+            after_warmup()
         if meter is not None:
             meter.start()
+        window_start = time.perf_counter()
         try:
             timed_out = _sample(fn, timing, device, deadline, samples_ms)
+            meter_calls = len(samples_ms)
+            while (
+                meter is not None
+                and not timed_out
+                and time.perf_counter() - window_start < min_meter_s
+                and not _past(deadline)
+            ):
+                fn()
+                meter_calls += 1
+                _synchronize(device)
         finally:
             if meter is not None:
                 meter.stop()
+                meter_s = time.perf_counter() - window_start
     except CellTimeout:
         return TimingResult(
-            locals().get("samples_ms", []), warm, time.perf_counter() - start, timed_out=True
+            samples_ms,
+            warm,
+            time.perf_counter() - start,
+            timed_out=True,
+            meter_calls=max(meter_calls, len(samples_ms)),
+            meter_s=meter_s,
         )
-    return TimingResult(samples_ms, warm, time.perf_counter() - start, timed_out=timed_out)
+    return TimingResult(
+        samples_ms,
+        warm,
+        time.perf_counter() - start,
+        timed_out=timed_out,
+        meter_calls=meter_calls,
+        meter_s=meter_s,
+    )
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def _past(deadline: float | None) -> bool:

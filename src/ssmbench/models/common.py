@@ -9,6 +9,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ssmbench.errors import CellTimeout
+
 
 def widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
     """The tensors in float32 at least (None stays None): a state sums over many tokens,
@@ -89,7 +91,10 @@ def compiled(fn: Callable) -> Callable:
     Compilation happens at the first call (Dynamo traces, Inductor generates and builds
     kernels; on a CPU that needs a working C++ compiler).  If that first call fails, the
     backend cannot run here: :class:`BackendUnavailable` says why.  Errors of later calls
-    pass through unchanged.
+    pass through unchanged, and so does the cell's deadline: a compilation that runs past
+    the cell's budget raises :class:`~ssmbench.errors.CellTimeout` (from the alarm), which
+    Dynamo may wrap in an error of its own; the timeout is re-raised, never reported as
+    an unavailable backend.
     """
     if fn not in _COMPILED:
         graph = torch.compile(fn)
@@ -101,6 +106,9 @@ def compiled(fn: Callable) -> Callable:
             try:
                 out = graph(*args, **kwargs)
             except Exception as e:
+                timeout = _cause(e, CellTimeout)
+                if timeout is not None:
+                    raise timeout from None
                 message = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
                 raise BackendUnavailable(
                     f"torch.compile of {fn.__name__} failed: {type(e).__name__}: {message}"
@@ -110,6 +118,22 @@ def compiled(fn: Callable) -> Callable:
 
         _COMPILED[fn] = run
     return _COMPILED[fn]
+
+
+def _cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``error`` or the first exception of type ``kind`` it was raised from (``__cause__``,
+    ``__context__``, or Dynamo's ``inner_exception``), or None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = (
+            error.__cause__
+            or getattr(error, "inner_exception", None)
+            or (None if error.__suppress_context__ else error.__context__)
+        )
+    return None
 
 
 class RMSNorm(nn.Module):

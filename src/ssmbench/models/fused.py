@@ -63,16 +63,22 @@ from ssmbench.reference.mamba3 import Mamba3State
 __all__ = [
     "FUSED_AVAILABILITY",
     "FUSED_OPS",
+    "SHAPE_REASONS",
     "attention_fused",
     "attention_impl",
+    "attention_shape_reason",
+    "block_shape_reason",
     "delta_rule_fused",
     "delta_rule_impl",
+    "delta_rule_shape_reason",
     "delta_rule_step_fused",
     "mamba3_fused",
+    "mamba3_shape_reason",
     "mamba3_step_fused",
     "selective_scan_fused",
     "selective_scan_step_fused",
     "ssd_fused",
+    "shape_reason",
     "ssd_step_fused",
     "unavailable_reason",
 ]
@@ -109,7 +115,10 @@ def _interpreting() -> bool:
 
 
 def _installed(package: str) -> bool:
-    return importlib.util.find_spec(package) is not None
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ValueError:  # in sys.modules without a spec (a stub module): present
+        return package in sys.modules
 
 
 def _missing(package: str) -> str:
@@ -415,6 +424,22 @@ def _is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
+def mamba3_shape_reason(p: int, n: int, r: int) -> str:
+    """Why mamba_ssm's Mamba-3 SISO kernels cannot take head dim ``p``, state size ``n``
+    and ``r`` rotation angles ("" when they can): p and n powers of two (the step kernel
+    loads whole ``tl.arange(0, p)`` and ``(0, n)`` blocks unmasked, the chunked one builds
+    TMA descriptors of them), r even and at most n / 2 (both kernels assert
+    ``headdim_angles <= headdim_qk // 2 and headdim_angles % 2 == 0``)."""
+    if not (_is_power_of_two(p) and _is_power_of_two(n)):
+        return (
+            f"mamba_ssm's Mamba-3 kernels need power-of-two head dim and state size "
+            f"(TMA blocks), got p={p}, n={n}"
+        )
+    if r % 2 or r > n // 2:
+        return f"mamba_ssm's Mamba-3 kernels need an even number of angles r <= n/2, r={r}, n={n}"
+    return ""
+
+
 def _mamba3_check(x: torch.Tensor, B: torch.Tensor, theta: torch.Tensor) -> None:
     """BackendUnavailable where mamba_ssm's Mamba-3 SISO kernels cannot take these inputs."""
     tensors = (x, B, theta)
@@ -422,16 +447,9 @@ def _mamba3_check(x: torch.Tensor, B: torch.Tensor, theta: torch.Tensor) -> None
         raise BackendUnavailable(MAMBA3_NEEDS_CUDA)
     if x.dtype != torch.bfloat16:
         raise BackendUnavailable(f"{MAMBA3_DTYPES}, not {x.dtype}")
-    p, n, r = x.shape[-1], B.shape[-1], theta.shape[-1]
-    if not (_is_power_of_two(p) and _is_power_of_two(n)):
-        raise BackendUnavailable(
-            f"mamba_ssm's Mamba-3 kernels need power-of-two head dim and state size "
-            f"(TMA blocks), got p={p}, n={n}"
-        )
-    if r % 2:
-        raise BackendUnavailable(
-            f"mamba_ssm's Mamba-3 kernels need an even number of angles, r={r}"
-        )
+    reason = mamba3_shape_reason(x.shape[-1], B.shape[-1], theta.shape[-1])
+    if reason:
+        raise BackendUnavailable(reason)
 
 
 def _mamba3_inputs(dt, A, lam, theta, h: int, n: int):
@@ -571,6 +589,17 @@ def delta_rule_impl(dtype: torch.dtype, gated: bool) -> str:
     return "fla.chunk_delta_rule"
 
 
+FLA_MAX_HEAD_DIM = 256  # fla/ops/common/chunk_delta_h.py asserts K <= 256
+
+
+def delta_rule_shape_reason(k: int, v: int) -> str:
+    """Why fla's chunked delta-rule kernels cannot take key width ``k`` ("" when they
+    can): their state kernel asserts ``K <= 256``; ``v`` is blocked and has no limit."""
+    if k > FLA_MAX_HEAD_DIM:
+        return f"fla's chunked delta-rule kernels take key widths up to {FLA_MAX_HEAD_DIM}, k={k}"
+    return ""
+
+
 def delta_rule_fused(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -598,6 +627,9 @@ def delta_rule_fused(
     kernel with g = 0, the same recurrence (:func:`delta_rule_impl` names the kernel).
     """
     _check_tensors(q, k, v, beta, g, initial_state)
+    reason = delta_rule_shape_reason(k.shape[-1], v.shape[-1])
+    if reason:
+        raise BackendUnavailable(reason)
     h0 = None if initial_state is None else initial_state.float().contiguous()
     chunk = chunk_size if chunk_size in (16, 32, 64) else 64
     common = dict(scale=1.0, initial_state=h0, output_final_state=True, chunk_size=chunk)
@@ -656,6 +688,17 @@ def attention_impl() -> str:
     return "sdpa-flash"
 
 
+FLASH_MAX_HEAD_DIM = 256  # FlashAttention-2 (and SDPA's flash backend) take d <= 256
+
+
+def attention_shape_reason(d: int) -> str:
+    """Why FlashAttention-2 cannot take head dim ``d`` ("" when it can): d <= 256 (both
+    flash_attn and SDPA pad d to a multiple of 8 themselves)."""
+    if d > FLASH_MAX_HEAD_DIM:
+        return f"FlashAttention-2 takes head dims up to {FLASH_MAX_HEAD_DIM}, d={d}"
+    return ""
+
+
 def attention_fused(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True
 ) -> torch.Tensor:
@@ -671,6 +714,9 @@ def attention_fused(
         raise BackendUnavailable(FLASH_NEEDS_CUDA)
     if q.dtype not in _HALF:
         raise BackendUnavailable(f"{FLASH_DTYPES}, not {q.dtype}")
+    reason = attention_shape_reason(q.shape[-1])
+    if reason:
+        raise BackendUnavailable(reason)
     if _installed("flash_attn"):
         flash_attn = _import("flash_attn", "flash_attn")
         return flash_attn.flash_attn_func(q, k, v, causal=causal)
@@ -701,14 +747,59 @@ FUSED_OPS: dict[str, Callable] = {
 }
 
 
-def _attention_reason(device: str | torch.device) -> str:
+# op name (as in ssmbench.ops, and the "op" of a verify shape) -> why the fused kernel
+# cannot take that shape, from the shape's dims; ops not listed take any shape
+SHAPE_REASONS: dict[str, Callable[..., str]] = {
+    "attention": lambda d, **_: attention_shape_reason(d),
+    "attention_step": lambda d, **_: attention_shape_reason(d),
+    "mamba3": lambda p, n, r, **_: mamba3_shape_reason(p, n, r),
+    "mamba3_step": lambda p, n, r, **_: mamba3_shape_reason(p, n, r),
+    "mamba3_as_ssd": lambda p, n, r, **_: mamba3_shape_reason(p, n, r),
+    "delta_rule": lambda k, v, **_: delta_rule_shape_reason(k, v),
+}
+
+
+def shape_reason(shape: dict) -> str:
+    """Why the fused kernel of ``shape["op"]`` cannot take ``shape`` (a verify shape: the
+    op and its dims by letter, e.g. ``{"op": "mamba3", "p": 16, "n": 16, "r": 4, ...}``),
+    or "" when it can.  The same functions the wrappers raise BackendUnavailable with."""
+    check = SHAPE_REASONS.get(shape["op"])
+    return "" if check is None else check(**{k: v for k, v in shape.items() if k != "op"})
+
+
+def block_shape_reason(family: str, head_dim: int, d_state: int) -> str:
+    """Why a block of ``family`` with this size preset's ``head_dim`` and ``d_state``
+    cannot run its fused kernels ("" when it can): Mamba-3's p = head_dim, n = d_state and
+    r = :func:`ssmbench.counts.rotation_pairs` (n); attention's d = head_dim; DeltaNet's
+    k = v = head_dim."""
+    from ssmbench.counts import rotation_pairs
+
+    if family == "mamba3":
+        return mamba3_shape_reason(head_dim, d_state, rotation_pairs(d_state))
+    if family in ("attention", "hybrid"):
+        return attention_shape_reason(head_dim)
+    if family == "deltanet":
+        return delta_rule_shape_reason(head_dim, head_dim)
+    return ""
+
+
+PHASES = ("prefill", "decode", "train")
+# phase -> the kind of kernel it runs: the sequence operator (prefill, and train, whose
+# backward is that operator's) or the one-token step (decode)
+SEQUENCE_PHASES = ("prefill", "train")
+
+
+def _attention_reason(device: str | torch.device, phase: str | None = None) -> str:
     return "" if _device_type(device) == "cuda" else FLASH_NEEDS_CUDA
 
 
-def _mamba_reason(device: str | torch.device) -> str:
-    """Mamba-1: the prefill kernel is CUDA C++, the decode step Triton."""
+def _mamba_reason(device: str | torch.device, phase: str | None = None) -> str:
+    """Mamba-1: the prefill kernel (and so train) is CUDA C++, the decode step Triton;
+    phase None asks for every phase."""
     if not _installed("mamba_ssm"):
         return _missing("mamba_ssm")
+    if phase == "decode":
+        return _triton_reason(device) or _package_reason("triton")
     if not _installed("selective_scan_cuda"):
         return SELECTIVE_SCAN_CUDA_MISSING
     if _device_type(device) != "cuda":
@@ -716,29 +807,38 @@ def _mamba_reason(device: str | torch.device) -> str:
     return _package_reason("triton")
 
 
-def _mamba2_reason(device: str | torch.device) -> str:
+def _mamba2_reason(device: str | torch.device, phase: str | None = None) -> str:
     return _triton_reason(device) or _package_reason("triton", "mamba_ssm")
 
 
-def _mamba3_reason(device: str | torch.device) -> str:
+def _mamba3_reason(device: str | torch.device, phase: str | None = None) -> str:
     if _device_type(device) != "cuda":
         return MAMBA3_NEEDS_CUDA
     return _package_reason("triton", "mamba_ssm")
 
 
-def _deltanet_reason(device: str | torch.device) -> str:
+def _deltanet_reason(device: str | torch.device, phase: str | None = None) -> str:
     return _triton_reason(device) or _package_reason("triton", "fla")
 
 
-# family -> reason(device) ("" when the family's fused kernels can run on that device)
-FUSED_AVAILABILITY: dict[str, Callable[[str | torch.device], str]] = {
+def _s4d_reason(device: str | torch.device, phase: str | None = None) -> str:
+    return S4D_REASON
+
+
+def _hybrid_reason(device: str | torch.device, phase: str | None = None) -> str:
+    return _attention_reason(device, phase) or _mamba2_reason(device, phase)
+
+
+# family -> reason(device, phase=None) ("" when the family's fused kernels of that phase, or
+# of every phase for None, can run on that device)
+FUSED_AVAILABILITY: dict[str, Callable[..., str]] = {
     "attention": _attention_reason,
-    "s4d": lambda device: S4D_REASON,
+    "s4d": _s4d_reason,
     "mamba": _mamba_reason,
     "mamba2": _mamba2_reason,
     "mamba3": _mamba3_reason,
     "deltanet": _deltanet_reason,
-    "hybrid": lambda device: _attention_reason(device) or _mamba2_reason(device),
+    "hybrid": _hybrid_reason,
 }
 
 # dtype names as in the config (ssmbench.models.DTYPES)
@@ -752,13 +852,22 @@ _DTYPE_REASONS = {
 }
 
 
-def unavailable_reason(family: str, device: str | torch.device, dtype: str | None = None) -> str:
-    """Why the ``fused`` backend of ``family`` cannot run on ``device`` in ``dtype``
-    (a config name: fp64, fp32, fp16, bf16; None skips the dtype check), or "" when it
-    can.  Cheap: nothing is imported or built, packages are only looked up."""
+def unavailable_reason(
+    family: str,
+    device: str | torch.device,
+    dtype: str | None = None,
+    phase: str | None = None,
+) -> str:
+    """Why the ``fused`` backend of ``family`` cannot run ``phase`` (prefill, decode or
+    train; None: every phase) on ``device`` in ``dtype`` (a config name: fp64, fp32, fp16,
+    bf16; None skips the dtype check), or "" when it can.  Mamba-1's decode step is Triton
+    and runs where its CUDA prefill kernel was not built.  Cheap: nothing is imported or
+    built, packages are only looked up."""
     if family not in FUSED_AVAILABILITY:
         raise ValueError(f"unknown family {family!r}; known: {sorted(FUSED_AVAILABILITY)}")
-    reason = FUSED_AVAILABILITY[family](device)
+    if phase is not None and phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; known: {list(PHASES)}")
+    reason = FUSED_AVAILABILITY[family](device, phase)
     if reason or dtype is None:
         return reason
     if dtype == "fp64":

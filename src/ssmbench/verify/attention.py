@@ -6,27 +6,44 @@ import torch
 
 from ssmbench import ops, reference
 from ssmbench.numerics import compare, to_numpy
-from ssmbench.verify import Inputs
+from ssmbench.verify import FUSED, SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
 
 # (b, t, h, d): t = 37 and 70 are not multiples of 16 or 64, d = 17 is odd
 ATTENTION_SHAPES = ((2, 37, 3, 24), (2, 70, 3, 17))
+# ... and for the fused backends, head dims FlashAttention-2 runs without padding (multiples
+# of 8; neither is a power of two)
+ATTENTION_FUSED_SHAPES = ((2, 37, 3, 24), (2, 70, 3, 40))
 
 
-def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
+def op_shapes(backend: str) -> list[dict]:
+    """The operator shapes :func:`op_checks` runs for ``backend``."""
+    return [
+        {"op": op, "b": b, "t": t, "h": h, "d": d}
+        for b, t, h, d in (ATTENTION_FUSED_SHAPES if backend in FUSED else ATTENTION_SHAPES)
+        for op in ("attention", "attention_step")
+    ]
+
+
+def op_checks(
+    backend: str, inputs: Inputs, dtype: str, guard: PhaseGuard | None = None
+) -> tuple[list, list]:
+    guard = guard or PhaseGuard()
     checks, shapes = [], []
-    for b, t, h, d in ATTENTION_SHAPES:
+    for b, t, h, d in ATTENTION_FUSED_SHAPES if backend in FUSED else ATTENTION_SHAPES:
         label = f"b{b}-t{t}-h{h}-d{d}"
         shapes.append({"op": "attention", "b": b, "t": t, "h": h, "d": d})
         q, k, v = (inputs.randn(b, t, h, d) for _ in range(3))
-        for causal in (True, False):
-            ref = reference.attention(to_numpy(q), to_numpy(k), to_numpy(v), causal=causal)
-            out = ops.attention(q, k, v, causal=causal, backend=backend)
-            checks.append(compare(f"attention.y[{label}-causal={causal}]", ref, out, dtype))
+        with guard(*SEQUENCE_PHASES):
+            for causal in (True, False):
+                ref = reference.attention(to_numpy(q), to_numpy(k), to_numpy(v), causal=causal)
+                out = ops.attention(q, k, v, causal=causal, backend=backend)
+                checks.append(compare(f"attention.y[{label}-causal={causal}]", ref, out, dtype))
 
         ref = reference.attention(to_numpy(q), to_numpy(k), to_numpy(v), causal=True)
-        cache, ys = None, []
-        for i in range(t):
-            y_t, cache = ops.attention_step(q[:, i], k[:, i], v[:, i], cache, backend=backend)
-            ys.append(y_t)
-        checks.append(compare(f"attention_step.y[{label}]", ref, torch.stack(ys, 1), dtype))
+        with guard(*STEP_PHASES):
+            cache, ys = None, []
+            for i in range(t):
+                y_t, cache = ops.attention_step(q[:, i], k[:, i], v[:, i], cache, backend=backend)
+                ys.append(y_t)
+            checks.append(compare(f"attention_step.y[{label}]", ref, torch.stack(ys, 1), dtype))
     return checks, shapes

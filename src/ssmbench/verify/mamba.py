@@ -7,14 +7,27 @@ import torch
 
 from ssmbench import ops, reference
 from ssmbench.numerics import compare, to_numpy
-from ssmbench.verify import Inputs
+from ssmbench.verify import SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
 
-# (b, t, d, n): the same lengths; d = 13 and n = 5 are not powers of two
+# (b, t, d, n): the same lengths; d = 13 and n = 5 are not powers of two (mamba_ssm's CUDA
+# scan and Triton step take any d and n up to 256, so the fused backend runs them too)
 SCAN_SHAPES = ((2, 37, 24, 5), (2, 70, 13, 5))
 SCAN_CHUNK_SIZES = (16, 64)
 
 
-def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
+def op_shapes(backend: str) -> list[dict]:
+    """The operator shapes :func:`op_checks` runs for ``backend``."""
+    return [
+        {"op": op, "b": b, "t": t, "d": d, "n": n}
+        for b, t, d, n in SCAN_SHAPES
+        for op in ("selective_scan", "selective_scan_step")
+    ]
+
+
+def op_checks(
+    backend: str, inputs: Inputs, dtype: str, guard: PhaseGuard | None = None
+) -> tuple[list, list]:
+    guard = guard or PhaseGuard()
     checks, shapes = [], []
     chunk_sizes = SCAN_CHUNK_SIZES if backend == "torch" else (None,)
     for b, t, d, n in SCAN_SHAPES:
@@ -31,31 +44,36 @@ def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
             initial_state=to_numpy(h0),
         )
 
-        for chunk_size in chunk_sizes:
-            label = f"b{b}-t{t}-d{d}-n{n}" + (f"-c{chunk_size}" if chunk_size else "")
-            shapes.append(
-                {"op": "selective_scan", "b": b, "t": t, "d": d, "n": n, "chunk_size": chunk_size}
-            )
-            y, h = ops.selective_scan(
-                *args, **kwargs, initial_state=h0, backend=backend, chunk_size=chunk_size or 64
-            )
-            checks.append(compare(f"selective_scan.y[{label}]", ref_y, y, dtype))
-            checks.append(compare(f"selective_scan.final_state[{label}]", ref_h, h, dtype))
+        with guard(*SEQUENCE_PHASES):  # mamba_ssm's CUDA extension, where it is built
+            for chunk_size in chunk_sizes:
+                label = f"b{b}-t{t}-d{d}-n{n}" + (f"-c{chunk_size}" if chunk_size else "")
+                shapes.append(
+                    {"op": "selective_scan", "b": b, "t": t, "d": d, "n": n}
+                    | {"chunk_size": chunk_size}
+                )
+                y, h = ops.selective_scan(
+                    *args, **kwargs, initial_state=h0, backend=backend, chunk_size=chunk_size or 64
+                )
+                checks.append(compare(f"selective_scan.y[{label}]", ref_y, y, dtype))
+                checks.append(compare(f"selective_scan.final_state[{label}]", ref_h, h, dtype))
 
         label = f"b{b}-t{t}-d{d}-n{n}"
-        state, ys = h0, []
-        for i in range(t):
-            token = (u[:, i], delta[:, i], A, B[:, i], C[:, i])
-            y_t, state = ops.selective_scan_step(
-                *token,
-                D=D,
-                z=z[:, i],
-                delta_bias=delta_bias,
-                delta_softplus=True,
-                state=state,
-                backend=backend,
-            )
-            ys.append(y_t)
-        checks.append(compare(f"selective_scan_step.y[{label}]", ref_y, torch.stack(ys, 1), dtype))
-        checks.append(compare(f"selective_scan_step.final_state[{label}]", ref_h, state, dtype))
+        with guard(*STEP_PHASES):  # Triton: runs without the CUDA extension
+            state, ys = h0, []
+            for i in range(t):
+                token = (u[:, i], delta[:, i], A, B[:, i], C[:, i])
+                y_t, state = ops.selective_scan_step(
+                    *token,
+                    D=D,
+                    z=z[:, i],
+                    delta_bias=delta_bias,
+                    delta_softplus=True,
+                    state=state,
+                    backend=backend,
+                )
+                ys.append(y_t)
+            shapes.append({"op": "selective_scan_step", "b": b, "t": t, "d": d, "n": n})
+            ys = torch.stack(ys, 1)
+            checks.append(compare(f"selective_scan_step.y[{label}]", ref_y, ys, dtype))
+            checks.append(compare(f"selective_scan_step.final_state[{label}]", ref_h, state, dtype))
     return checks, shapes

@@ -8,7 +8,7 @@ import torch
 
 from ssmbench import ops, reference
 from ssmbench.numerics import compare, to_numpy
-from ssmbench.verify import Inputs
+from ssmbench.verify import SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
 
 # (b, t, h, p, g, n): t = 37 and 70 are not multiples of 16 or 64; p = 17 and n = 5 are
 # odd; the first shape has two heads per group
@@ -16,7 +16,20 @@ SSD_SHAPES = ((2, 37, 4, 12, 2, 5), (2, 70, 3, 17, 1, 16))
 SSD_CHUNK_SIZES = (16, 64)
 
 
-def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
+def op_shapes(backend: str) -> list[dict]:
+    """The operator shapes :func:`op_checks` runs for ``backend`` (mamba_ssm's SSD kernels
+    mask every axis, so the fused backend runs the awkward shapes too)."""
+    return [
+        {"op": op, "b": b, "t": t, "h": h, "p": p, "g": g, "n": n}
+        for b, t, h, p, g, n in SSD_SHAPES
+        for op in ("ssd", "ssd_step")
+    ]
+
+
+def op_checks(
+    backend: str, inputs: Inputs, dtype: str, guard: PhaseGuard | None = None
+) -> tuple[list, list]:
+    guard = guard or PhaseGuard()
     checks, shapes = [], []
     chunk_sizes = SSD_CHUNK_SIZES if backend == "torch" else (None,)
     for b, t, h, p, g, n in SSD_SHAPES:
@@ -30,22 +43,33 @@ def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
         )
 
         shape = {"op": "ssd", "b": b, "t": t, "h": h, "p": p, "g": g, "n": n}
-        for chunk_size in chunk_sizes:
-            label = f"b{b}-t{t}-h{h}-p{p}-g{g}-n{n}" + (f"-c{chunk_size}" if chunk_size else "")
-            shapes.append({**shape, "chunk_size": chunk_size})
-            y, state = ops.ssd(
-                x, dt, A, B, C, D, chunk_size=chunk_size or 64, initial_state=h0, backend=backend
-            )
-            checks.append(compare(f"ssd.y[{label}]", ref_y, y, dtype))
-            checks.append(compare(f"ssd.final_state[{label}]", ref_h, state, dtype))
+        with guard(*SEQUENCE_PHASES):
+            for chunk_size in chunk_sizes:
+                label = f"b{b}-t{t}-h{h}-p{p}-g{g}-n{n}" + (f"-c{chunk_size}" if chunk_size else "")
+                shapes.append({**shape, "chunk_size": chunk_size})
+                y, state = ops.ssd(
+                    x,
+                    dt,
+                    A,
+                    B,
+                    C,
+                    D,
+                    chunk_size=chunk_size or 64,
+                    initial_state=h0,
+                    backend=backend,
+                )
+                checks.append(compare(f"ssd.y[{label}]", ref_y, y, dtype))
+                checks.append(compare(f"ssd.final_state[{label}]", ref_h, state, dtype))
 
         label = f"b{b}-t{t}-h{h}-p{p}-g{g}-n{n}"
-        state, ys = h0, []
-        for i in range(t):
-            y_t, state = ops.ssd_step(
-                x[:, i], dt[:, i], A, B[:, i], C[:, i], D, state=state, backend=backend
-            )
-            ys.append(y_t)
-        checks.append(compare(f"ssd_step.y[{label}]", ref_y, torch.stack(ys, 1), dtype))
-        checks.append(compare(f"ssd_step.final_state[{label}]", ref_h, state, dtype))
+        with guard(*STEP_PHASES):
+            state, ys = h0, []
+            for i in range(t):
+                y_t, state = ops.ssd_step(
+                    x[:, i], dt[:, i], A, B[:, i], C[:, i], D, state=state, backend=backend
+                )
+                ys.append(y_t)
+            shapes.append({**shape, "op": "ssd_step"})
+            checks.append(compare(f"ssd_step.y[{label}]", ref_y, torch.stack(ys, 1), dtype))
+            checks.append(compare(f"ssd_step.final_state[{label}]", ref_h, state, dtype))
     return checks, shapes

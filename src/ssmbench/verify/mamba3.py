@@ -11,12 +11,31 @@ from ssmbench.numerics import compare, to_numpy
 from ssmbench.reference import ssd as reference_ssd
 from ssmbench.reference.mamba3 import Mamba3State
 from ssmbench.reference.mamba3 import mamba3 as reference_mamba3
-from ssmbench.verify import Inputs
+from ssmbench.verify import FUSED, SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard, compare_phase
 
 # (b, t, h, g, p, n, r): lengths that are no chunk multiple; p = 7, n = 5 (odd: the last
 # state channel is not rotated) and r < n / 2 (a partial rotation) are awkward on purpose
 MAMBA3_SHAPES = ((2, 37, 4, 2, 8, 6, 3), (2, 70, 3, 1, 7, 5, 1))
+# ... and for the fused backends, what mamba_ssm's kernels take
+# (ssmbench.models.fused.mamba3_shape_reason): p and n powers of two, r even and <= n / 2;
+# still lengths no chunk divides, partial rotations (r < n / 2) and shared B, C groups.  One
+# (p, n) for both, that of FUSED_BLOCK_SIZE: the chunked kernel autotunes 27 configs per
+# (chunk, p, n, flags), so every other (p, n) would cost a verify job another round
+MAMBA3_FUSED_SHAPES = ((2, 37, 4, 2, 16, 16, 4), (2, 70, 3, 1, 16, 16, 2))
 MAMBA3_CHUNK_SIZES = (16, 64)
+# |theta| < pi: the rate mamba_ssm's blocks produce (pi tanh(.)); the fused wrapper maps it
+# back through atanh(theta / pi), so it must stay inside
+THETA_MAX = 3.0
+
+
+def op_shapes(backend: str) -> list[dict]:
+    """The operator shapes :func:`op_checks` runs for ``backend``."""
+    shapes = MAMBA3_FUSED_SHAPES if backend in FUSED else MAMBA3_SHAPES
+    return [
+        {"op": op, "b": b, "t": t, "h": h, "g": g, "p": p, "n": n, "r": r}
+        for b, t, h, g, p, n, r in shapes
+        for op in ("mamba3", "mamba3_step", "mamba3_as_ssd")
+    ]
 
 
 def _inputs(inputs: Inputs, b: int, t: int, h: int, g: int, p: int, n: int, r: int):
@@ -27,7 +46,7 @@ def _inputs(inputs: Inputs, b: int, t: int, h: int, g: int, p: int, n: int, r: i
         -inputs.rand(h, low=0.5, high=2.0),  # A
         inputs.randn(b, t, g, n),
         inputs.randn(b, t, g, n),
-        inputs.randn(b, t, h, r),  # theta
+        inputs.rand(b, t, h, r, low=-THETA_MAX, high=THETA_MAX),  # theta
         inputs.rand(b, t, h, low=0.0, high=1.0),  # lam
     )
     state = Mamba3State(
@@ -40,16 +59,22 @@ def _inputs(inputs: Inputs, b: int, t: int, h: int, g: int, p: int, n: int, r: i
 
 
 def _compare_state(name: str, ref: Mamba3State, out: Mamba3State, dtype: str) -> list:
+    """Every part of the state; the phase modulo 2 pi (mamba_ssm reduces it)."""
     return [
-        compare(f"{name}.{field}", ref_part, out_part, dtype)
+        (compare_phase if field == "phase" else compare)(
+            f"{name}.{field}", ref_part, out_part, dtype
+        )
         for field, ref_part, out_part in zip(Mamba3State._fields, ref, out, strict=True)
     ]
 
 
-def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
+def op_checks(
+    backend: str, inputs: Inputs, dtype: str, guard: PhaseGuard | None = None
+) -> tuple[list, list]:
+    guard = guard or PhaseGuard()
     checks, shapes = [], []
     chunk_sizes = MAMBA3_CHUNK_SIZES if backend == "torch" else (None,)
-    for b, t, h, g, p, n, r in MAMBA3_SHAPES:
+    for b, t, h, g, p, n, r in MAMBA3_FUSED_SHAPES if backend in FUSED else MAMBA3_SHAPES:
         args, D, h0 = _inputs(inputs, b, t, h, g, p, n, r)
         ref_y, ref_state = reference_mamba3(
             *map(to_numpy, args), D=to_numpy(D), initial_state=tuple(map(to_numpy, h0))
@@ -57,35 +82,40 @@ def op_checks(backend: str, inputs: Inputs, dtype: str) -> tuple[list, list]:
         size = {"b": b, "t": t, "h": h, "g": g, "p": p, "n": n, "r": r}
         label = f"b{b}-t{t}-h{h}-g{g}-p{p}-n{n}-r{r}"
 
-        for chunk_size in chunk_sizes:
-            name = f"mamba3.{{}}[{label}" + (f"-c{chunk_size}]" if chunk_size else "]")
-            shapes.append({"op": "mamba3", **size, "chunk_size": chunk_size})
-            y, state = ops.mamba3(
-                *args, D=D, chunk_size=chunk_size or 64, initial_state=h0, backend=backend
-            )
-            checks.append(compare(name.format("y"), ref_y, y, dtype))
-            checks += _compare_state(name.format("final_state"), ref_state, state, dtype)
+        with guard(*SEQUENCE_PHASES):
+            for chunk_size in chunk_sizes:
+                name = f"mamba3.{{}}[{label}" + (f"-c{chunk_size}]" if chunk_size else "]")
+                shapes.append({"op": "mamba3", **size, "chunk_size": chunk_size})
+                y, state = ops.mamba3(
+                    *args, D=D, chunk_size=chunk_size or 64, initial_state=h0, backend=backend
+                )
+                checks.append(compare(name.format("y"), ref_y, y, dtype))
+                checks += _compare_state(name.format("final_state"), ref_state, state, dtype)
 
         x, dt, A, B, C, theta, lam = args
-        state, ys = h0, []
-        for i in range(t):
-            token = (x[:, i], dt[:, i], A, B[:, i], C[:, i], theta[:, i], lam[:, i])
-            y_t, state = ops.mamba3_step(*token, D=D, state=state, backend=backend)
-            ys.append(y_t)
-        shapes.append({"op": "mamba3_step", **size})
-        name = f"mamba3_step.{{}}[{label}]"
-        checks.append(compare(name.format("y"), ref_y, torch.stack(ys, 1), dtype))
-        checks += _compare_state(name.format("final_state"), ref_state, state, dtype)
+        with guard(*STEP_PHASES):
+            state, ys = h0, []
+            for i in range(t):
+                token = (x[:, i], dt[:, i], A, B[:, i], C[:, i], theta[:, i], lam[:, i])
+                y_t, state = ops.mamba3_step(*token, D=D, state=state, backend=backend)
+                ys.append(y_t)
+            shapes.append({"op": "mamba3_step", **size})
+            name = f"mamba3_step.{{}}[{label}]"
+            checks.append(compare(name.format("y"), ref_y, torch.stack(ys, 1), dtype))
+            checks += _compare_state(name.format("final_state"), ref_state, state, dtype)
 
         # lam = 1, theta = 0: exponential Euler, no rotation, i.e. Mamba-2's SSD
-        ssd_y, ssd_state = reference_ssd(
-            *map(to_numpy, (x, dt, A, B, C)), D=to_numpy(D), initial_state=to_numpy(h0.ssm)
-        )
-        no_rotation, euler = torch.zeros_like(theta), torch.ones_like(lam)
-        y, state = ops.mamba3(
-            x, dt, A, B, C, no_rotation, euler, D=D, initial_state=h0.ssm, backend=backend
-        )
-        shapes.append({"op": "mamba3_as_ssd", **size})
-        checks.append(compare(f"mamba3_as_ssd.y[{label}]", ssd_y, y, dtype))
-        checks.append(compare(f"mamba3_as_ssd.final_state[{label}]", ssd_state, state.ssm, dtype))
+        with guard(*SEQUENCE_PHASES):
+            ssd_y, ssd_state = reference_ssd(
+                *map(to_numpy, (x, dt, A, B, C)), D=to_numpy(D), initial_state=to_numpy(h0.ssm)
+            )
+            no_rotation, euler = torch.zeros_like(theta), torch.ones_like(lam)
+            y, state = ops.mamba3(
+                x, dt, A, B, C, no_rotation, euler, D=D, initial_state=h0.ssm, backend=backend
+            )
+            shapes.append({"op": "mamba3_as_ssd", **size})
+            checks.append(compare(f"mamba3_as_ssd.y[{label}]", ssd_y, y, dtype))
+            checks.append(
+                compare(f"mamba3_as_ssd.final_state[{label}]", ssd_state, state.ssm, dtype)
+            )
     return checks, shapes

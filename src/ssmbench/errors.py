@@ -1,0 +1,12 @@
+"""Exceptions shared across layers, kept at the bottom of the import order (config ->
+models -> measure -> cell) so that any layer may raise or let through another's."""
+
+from __future__ import annotations
+
+__all__ = ["CellTimeout"]
+
+
+class CellTimeout(Exception):
+    """The cell's deadline passed (raised by
+    :func:`ssmbench.measure.timing.deadline_alarm` inside a long call, such as a
+    torch.compile that runs past the cell's budget)."""
