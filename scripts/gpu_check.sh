@@ -121,10 +121,15 @@ for name in ("torch", "triton", "numpy", "pandas", "snakemake", "papermill", "fl
         print(f"   {name:36s} not importable: {type(e).__name__}: {str(e)[:80]}")
 sys.path.insert(0, "src")
 import torch
-from ssmbench.models.fused import FUSED_AVAILABILITY
+from ssmbench.models.fused import FUSED_AVAILABILITY, PHASES, unavailable_reason
 device = "cuda" if torch.cuda.is_available() else "cpu"
-for family, reason in FUSED_AVAILABILITY.items():
-    print(f"   fused {family:30s} {reason(device) or 'available'}")
+for family in FUSED_AVAILABILITY:
+    reasons = {phase: unavailable_reason(family, device, phase=phase) for phase in PHASES}
+    if len(set(reasons.values())) == 1:
+        print(f"   fused {family:30s} {reasons['prefill'] or 'available'}")
+    else:
+        for phase, reason in reasons.items():
+            print(f"   fused {family + ' ' + phase:30s} {reason or 'available'}")
 PYEOF
 
 # 2. the plan, by arithmetic (ssmbench.budget)
