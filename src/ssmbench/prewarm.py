@@ -52,28 +52,35 @@ def prewarm(spec_of, cells: Iterable[Cell], verify: dict, budget_s: float) -> di
     """Run each cell's work once, untimed, and return what ran.
 
     ``spec_of(cell)`` gives the cell's :class:`ssmbench.cell.CellSpec`; ``verify`` is the
-    verify record of the group's backend (nothing runs unless it passed); ``budget_s``
-    bounds the job: shapes not reached in it are ``skipped``.  Returns a JSON-serialisable
-    record: status (``done``, ``partial`` when a shape failed or was skipped, ``skipped``
-    when verification did not pass), and one entry per shape.
+    verify record of the group's backend: a phase runs only where its verification
+    passed (a kernel that failed it may fault); ``budget_s`` bounds the job: shapes not
+    reached in it are ``skipped``.  Returns a JSON-serialisable record: status (``done``;
+    ``partial`` when a shape failed or was skipped; ``skipped`` when no phase passed
+    verification), and one entry per shape.
     """
     import torch
 
-    from ssmbench.cell import _model_and_input, phase_work
+    from ssmbench.cell import _model_and_input, phase_verdict, phase_work
 
     cells = list(cells)
     record = {"status": "done", "reason": "", "budget_s": budget_s, "shapes": []}
-    if verify.get("status") != "passed":
+    verdicts = {c.phase: phase_verdict(verify, c.phase) for c in cells}
+    if all(status != "passed" for status, _ in verdicts.values()):
         record.update(status="skipped", reason=f"verification {verify.get('status')}")
         return record
-    start = time.monotonic()
+    start, ran = time.monotonic(), 0
     for c in cells:
         entry = {"phase": c.phase, "batch": c.batch, "seq_len": c.seq_len, "d_state": c.d_state}
-        if time.monotonic() - start > budget_s:
+        status, reason = verdicts[c.phase]
+        if status != "passed":
+            entry.update(status="skipped", reason=f"verification {status}: {reason}"[:300])
+            record["shapes"].append(entry)
+            continue
+        if ran and time.monotonic() - start > budget_s:  # the first shape always runs
             entry.update(status="skipped", reason=f"prewarm budget of {budget_s:g} s spent")
             record["shapes"].append(entry)
             continue
-        began = time.monotonic()
+        began, ran = time.monotonic(), ran + 1
         try:
             spec = spec_of(c)
             model, x = _model_and_input(spec)
@@ -89,7 +96,7 @@ def prewarm(spec_of, cells: Iterable[Cell], verify: dict, budget_s: float) -> di
             entry["seconds"] = round(time.monotonic() - began, 3)
             model = x = work = None  # noqa: F841  (free the shape's memory before the next)
         record["shapes"].append(entry)
-    if any(e["status"] != "done" for e in record["shapes"]):
+    if any(e["status"] == "failed" or "budget" in e.get("reason", "") for e in record["shapes"]):
         record["status"] = "partial"
         record["reason"] = "; ".join(
             f"{e['phase']} b{e['batch']} t{e['seq_len']}: {e['status']} {e.get('reason', '')}"
