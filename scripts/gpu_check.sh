@@ -166,7 +166,7 @@ if [ "$status" -ne 0 ] || [ -n "$STOPPED" ]; then
 fi
 
 # 5. what goes home
-"$PY" scripts/summary.py "$RUN" > "$DEST/summary.txt" 2>&1
+"$PY" scripts/summary.py "$RUN" "$PRESET" > "$DEST/summary.txt" 2>&1
 "$PY" scripts/check_targets.py "$RUN" > "$DEST/targets.txt" 2>&1
 [ -f "results/$RUN/tables/cells.csv" ] && cp "results/$RUN/tables/cells.csv" "$DEST/cells.csv"
 echo "== packing into $DEST after $(elapsed) s"

@@ -1,7 +1,10 @@
 """Print a run's cells as one compact table: per (model, backend, phase), how many cells
 ran and the median latency at the longest sequence (batch 1), or why nothing ran.
 
-    python scripts/summary.py RUN
+    python scripts/summary.py RUN [PRESET]
+
+With PRESET, also each rule's estimated seconds (ssmbench.budget) beside the seconds its
+jobs took, from their provenance sidecars.
 """
 
 import sys
@@ -44,3 +47,9 @@ if __name__ == "__main__":
     print(f"== {run}: {len(cells)} cells on {', '.join(sorted(set(cells.device_name) - {''}))}")
     print(cells.status.value_counts().to_string())
     print(summary(cells))
+    if len(sys.argv) > 2:
+        from ssmbench import budget, config
+
+        plan = config.plan(config.load(overrides={"preset": sys.argv[2], "run": run}))
+        print("== time per rule, estimated (ssmbench.budget) and measured in the jobs")
+        print(budget.compare(plan))

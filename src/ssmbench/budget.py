@@ -27,16 +27,20 @@ One job costs (:class:`Costs`, seconds):
 The CPU figures were measured on this project's 2-core development VM (see
 ``CPU_COSTS``); the CUDA figures are estimates for a 16-core H200 host, stated with their
 reasons beside them, until a lease measures them: ``scripts/summary.py`` prints the
-estimate and the measured time of every job class after a run, so the first real run
-corrects them.
+estimate beside the time measured inside every job class after a run (:func:`compare`), so
+the first real run corrects them.
 """
 
 from __future__ import annotations
 
-import math
+import json
+import os
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 
+from ssmbench import paths
 from ssmbench.config import Cell, Plan
 from ssmbench.prewarm import prewarm_groups
 
@@ -140,7 +144,7 @@ def cell_seconds(plan: Plan, c: Cell, costs: Costs) -> float:
     return seconds
 
 
-def jobs(plan: Plan, figures: int | None = None) -> list[Job]:
+def jobs(plan: Plan) -> list[Job]:
     """Every job of ``plan`` with its estimated seconds, in the order the run schedules
     them (calibration, then verification, prewarming and cells, headline first)."""
     costs = costs_for(plan.device)
@@ -167,10 +171,10 @@ def jobs(plan: Plan, figures: int | None = None) -> list[Job]:
         name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
         seconds = boot + costs.build_s + costs.profile_s
         out.append(Job("profile", name, seconds))
-    n_figures = len(plan.figures) if figures is None else figures
-    out.append(Job("aggregate", "tables, claims, verdict", costs.aggregate_s))
-    waves = math.ceil(n_figures / costs.parallel) if n_figures else 0
-    out.append(Job("figures", f"{n_figures} figures", waves * costs.figure_s))
+    out.append(Job("aggregate", "tables, claims", costs.aggregate_s))
+    # figures run side by side (local jobs): each costs its share of the wall time
+    for name in plan.figures:
+        out.append(Job("figure", name, costs.figure_s / costs.parallel))
     return out
 
 
@@ -194,4 +198,44 @@ def describe(plan: Plan) -> str:
         lines.append(f"  {rule:10s} {count[rule]:5d} {seconds[rule]:12.0f}")
     total = sum(seconds.values())
     lines.append(f"  {'total':10s} {len(plan_jobs):5d} {total:12.0f}  (~{total / 60:.1f} min)")
+    return "\n".join(lines)
+
+
+def measured(root: str | os.PathLike, run: str) -> dict[str, tuple[int, float]]:
+    """rule -> (jobs, seconds) a finished or stopped run spent inside its jobs, read from
+    the provenance sidecars under ``root``'s results/<run> and figures/<run> (each job's
+    start and end; one job may write several).  The process start before a job's script
+    begins is not in it."""
+    spans: dict[tuple[str, str], float] = {}
+    sidecars = [
+        p
+        for top in ("results", "figures")
+        for p in Path(root, top, run).rglob(f"*{paths.PROV_SUFFIX}")
+    ]
+    for sidecar in sidecars:
+        try:
+            prov = json.loads(sidecar.read_text())
+            start, end = (datetime.fromisoformat(prov[k]) for k in ("started", "ended"))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        spans[(prov.get("rule", "?"), prov["started"])] = (end - start).total_seconds()
+    out: dict[str, tuple[int, float]] = {}
+    for (rule, _), seconds in spans.items():
+        jobs, total = out.get(rule, (0, 0.0))
+        out[rule] = (jobs + 1, total + seconds)
+    return out
+
+
+def compare(plan: Plan, root: str | os.PathLike = ".") -> str:
+    """The plan's estimate beside what the run measured, per rule: the first run on a new
+    device is how the cost model learns its numbers."""
+    estimate: dict[str, list[float]] = {}
+    for j in jobs(plan):
+        estimate.setdefault(j.rule, []).append(j.seconds)
+    got = measured(root, plan.run)
+    lines = [f"  {'rule':10s} {'planned':>8s} {'est. s':>8s} {'ran':>5s} {'in-job s':>9s}"]
+    for rule in dict.fromkeys([*estimate, *got]):
+        planned = estimate.get(rule, [])
+        ran, seconds = got.get(rule, (0, 0.0))
+        lines.append(f"  {rule:10s} {len(planned):8d} {sum(planned):8.0f} {ran:5d} {seconds:9.1f}")
     return "\n".join(lines)

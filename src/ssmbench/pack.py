@@ -51,8 +51,8 @@ def _members(root: Path, run: str) -> dict[str, list[str]]:
                     found.append(rel)
         return sorted(found)
 
-    def is_trace(p: str) -> bool:
-        return p.endswith(".trace.json.gz") or p.endswith(".trace.json.gz.prov.json")
+    def is_trace(p: str) -> bool:  # its sidecar stays with the results: small, and vouches
+        return p.endswith(".trace.json.gz")
 
     figures = walk(f"figures/{run}")
     return {
