@@ -3,6 +3,7 @@
 # always bring its data home.
 #
 #   scripts/gpu_check.sh DEST [PRESET] [--budget-s N] [--reserve-s R] [--lock-clocks]
+#                        [--tests EXPR]
 #
 # PRESET defaults to h200 (`lease` is sized for one command of about ten minutes).
 # 1. Installs what the machine lacks (snakemake, papermill, mamba_ssm, fla, ...) from the
@@ -19,18 +20,21 @@
 # 5. Packs everything into DEST as at most 8 flat files of at most 16 MiB (ssmbench.pack:
 #    ssmbench-<run>.tar.gz, traces-<run>.tar.gz, cells.csv, summary.txt, targets.txt,
 #    gpu_check.log, manifest.txt) and prints the summary table last.
+# --tests EXPR runs `pytest -k EXPR` first (e.g. gpu: the checks only a GPU can make, about
+# 90 s on an H200), at most a third of the budget, its output in DEST/pytest.txt.
 # --lock-clocks locks the GPU's clocks for the run and restores them at the end (only
 # where the machine's owner allows it); every record says whether they were locked.
 # On a CPU-only machine it runs the same way (PRESET=ci rehearses it there).
 set -uo pipefail
 
-usage="usage: scripts/gpu_check.sh DEST [PRESET] [--budget-s N] [--reserve-s R] [--lock-clocks]"
-DEST="" PRESET="" BUDGET_S="" RESERVE_S=90 LOCK_CLOCKS=0
+usage="usage: scripts/gpu_check.sh DEST [PRESET] [--budget-s N] [--reserve-s R] [--lock-clocks] [--tests EXPR]"
+DEST="" PRESET="" BUDGET_S="" RESERVE_S=90 LOCK_CLOCKS=0 TESTS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --budget-s) BUDGET_S=${2:?$usage}; shift 2 ;;
         --reserve-s) RESERVE_S=${2:?$usage}; shift 2 ;;
         --lock-clocks) LOCK_CLOCKS=1; shift ;;
+        --tests) TESTS=${2:?$usage}; shift 2 ;;
         -h|--help) echo "$usage"; exit 0 ;;
         -*) echo "error: unknown option $1; $usage" >&2; exit 2 ;;
         *) if [ -z "$DEST" ]; then DEST=$1; elif [ -z "$PRESET" ]; then PRESET=$1;
@@ -137,6 +141,14 @@ export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's pack
 "$PY" -m ssmbench plan --preset "$PRESET" --run "$RUN" \
     || { echo "error: preset $PRESET cannot be planned" >&2; exit 2; }
 
+if [ -n "$TESTS" ]; then  # the tests first: a failure there is data, not a stop
+    limit=300
+    [ -n "$BUDGET_S" ] && limit=$(( BUDGET_S / 3 ))
+    echo "== pytest -k '$TESTS' (at most $limit s)"
+    timeout "$limit" "$PY" -m pytest -q -p no:cacheprovider -k "$TESTS" > "$DEST/pytest.txt" 2>&1
+    echo "== pytest exit status $? after $(elapsed) s: $(tail -n 1 "$DEST/pytest.txt")"
+fi
+
 if [ "$LOCK_CLOCKS" = 1 ]; then
     if "$PY" -m ssmbench clocks lock; then
         export SSMBENCH_CLOCKS_LOCKED=1
@@ -171,7 +183,7 @@ fi
 [ -f "results/$RUN/tables/cells.csv" ] && cp "results/$RUN/tables/cells.csv" "$DEST/cells.csv"
 echo "== packing into $DEST after $(elapsed) s"
 "$PY" -m ssmbench pack "$DEST" --run "$RUN" \
-    --extra "$LOG" "$DEST/summary.txt" "$DEST/targets.txt" "$DEST/cells.csv"
+    --extra "$LOG" "$DEST/summary.txt" "$DEST/targets.txt" "$DEST/cells.csv" "$DEST/pytest.txt"
 cat "$DEST/targets.txt"
 echo "== snakemake exit status $status${STOPPED:+ (stopped: $STOPPED)}; $(elapsed) s; outputs in $DEST"
 cat "$DEST/summary.txt"

@@ -159,7 +159,7 @@ def test_calibrate_quick_cpu(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU answer")
-def test_calibrate_cuda_without_gpu_is_unavailable():
+def test_calibrate_cuda_without_a_device_is_unavailable():
     record = calibrate("cuda", ["fp32"], quick=True)
     assert record["status"] == "unavailable"
     assert "torch.cuda.is_available() is False" in record["reason"]

@@ -22,7 +22,7 @@ def sweep_of(c: dict, preset: str = "cpu") -> dict:
     return c["presets"][preset]["sweeps"][0]
 
 
-def test_default_config_plans_cpu_without_gpu():
+def test_default_config_plans_cpu_without_cuda():
     plan = sbconfig.plan(cfg(), cuda=False)
     assert plan.preset == "cpu" and plan.run == "cpu" and plan.device == "cpu"
     assert {c.seq_len for c in plan.cells} == {256, 512, 1024, 2048, 4096}
@@ -72,7 +72,7 @@ def test_host_allocator_defaults_to_retain_and_is_checked():
         sbconfig.plan(c)
 
 
-def test_auto_picks_gpu_when_cuda_and_run_override():
+def test_auto_picks_the_cuda_preset_when_cuda_and_run_override():
     assert sbconfig.plan(cfg(), cuda=True).preset == "gpu"
     assert sbconfig.plan(cfg(preset="ci", run="mine")).run == "mine"
 

@@ -108,7 +108,7 @@ def test_cells_without_a_finished_record_become_not_run_or_failed(tmp_path, monk
 
 
 @pytest.mark.parametrize("bad", ["0", "x"])
-def test_gpu_check_rejects_a_bad_budget(tmp_path, bad):
+def test_the_lease_script_rejects_a_bad_budget(tmp_path, bad):
     import subprocess
 
     out = subprocess.run(

@@ -127,7 +127,7 @@ def test_artifact_evaluation_without_torch(ci_run, tmp_path):
     assert not (wf / "results" / "ci").exists()  # nothing measured
 
 
-def test_gpu_check_collects_a_run_and_prints_its_summary(ci_run, tmp_path):
+def test_the_lease_script_collects_a_finished_run_and_prints_its_summary(ci_run, tmp_path):
     """scripts/gpu_check.sh on its CPU path: the finished ci run needs no job, and the
     script packs tables, records, provenance and figures and prints the summary last."""
     import subprocess

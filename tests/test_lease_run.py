@@ -52,7 +52,7 @@ def _rehearsal_plan() -> config.Plan:
     return config.plan(raw)
 
 
-def _gpu_job_outputs(plan: config.Plan) -> list[str]:
+def _device_job_outputs(plan: config.Plan) -> list[str]:
     """Every output of a job that uses the GPU: calibrate, verify, prewarm, bench."""
     outputs = [paths.device(plan.run)]
     outputs += [paths.verify_record(plan.run, m, b) for m, b in plan.pairs]
@@ -77,7 +77,7 @@ def _run_rehearsal(tmp_path: Path, *extra: str) -> tuple[Path, config.Plan]:
     overlay = tmp_path / "rehearsal.yaml"
     overlay.write_text(yaml.safe_dump({"presets": {RUN: REHEARSAL}}))
     plan = _rehearsal_plan()
-    targets = _gpu_job_outputs(plan)
+    targets = _device_job_outputs(plan)
     out = snakemake(
         wf, *targets, "--cores", "4", *extra, "--configfile", str(overlay),
         "--config", f"preset={RUN}",
@@ -87,9 +87,9 @@ def _run_rehearsal(tmp_path: Path, *extra: str) -> tuple[Path, config.Plan]:
 
 
 @pytest.mark.slow
-def test_gpu_jobs_of_a_cuda_preset_never_overlap_and_headline_cells_go_first(tmp_path):
+def test_device_jobs_of_a_cuda_preset_never_overlap_and_headline_cells_go_first(tmp_path):
     wf, plan = _run_rehearsal(tmp_path)
-    outputs = _gpu_job_outputs(plan)
+    outputs = _device_job_outputs(plan)
     spans = {o: _interval(wf, o) for o in outputs}
     overlapping = [
         (a, b) for a, b in combinations(outputs, 2)
@@ -111,18 +111,18 @@ def test_gpu_jobs_of_a_cuda_preset_never_overlap_and_headline_cells_go_first(tmp
 
 
 @pytest.mark.slow
-def test_the_gpu_cap_is_what_keeps_them_apart(tmp_path):
+def test_the_device_cap_is_what_keeps_them_apart(tmp_path):
     """The control: with four GPUs' worth of the resource, the same jobs do overlap, so
     the check above can fail."""
     wf, plan = _run_rehearsal(tmp_path, "--resources", "gpu=4")
-    outputs = _gpu_job_outputs(plan)
+    outputs = _device_job_outputs(plan)
     spans = {o: _interval(wf, o) for o in outputs}
     assert any(
         spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1] for a, b in combinations(outputs, 2)
     )
 
 
-def test_visible_gpus_count_what_cuda_may_use(monkeypatch):
+def test_visible_devices_count_what_cuda_may_use(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,3")
     assert config.visible_gpus() == 3
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
@@ -156,7 +156,7 @@ def test_graph_backends_are_verified_through_their_base():
     assert not any(b.endswith("-graph") for _, b in plan.pairs)
 
 
-def _gpu_check(wf: Path, dest: Path, *args: str) -> subprocess.Popen:
+def _lease_script(wf: Path, dest: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         ["bash", "scripts/gpu_check.sh", str(dest), "ci", *args],
         cwd=wf,
@@ -201,28 +201,33 @@ def _check_brought_home(dest: Path, stdout: str) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-def test_gpu_check_stops_at_its_budget_and_brings_the_partial_run_home(tmp_path, monkeypatch):
+def test_the_lease_script_stops_at_its_budget_and_brings_the_partial_run_home(
+    tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     wf = copy_workflow(tmp_path / "wf", precollected=False)
     dest = tmp_path / "out"
-    proc = _gpu_check(wf, dest, "--budget-s", "150", "--reserve-s", "80")
+    tests = "test_visible_devices_count_what_cuda_may_use"  # a lease starts with its tests
+    args = ("--budget-s", "150", "--reserve-s", "80", "--tests", tests)
+    proc = _lease_script(wf, dest, *args)
     stdout, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, stdout[-4000:]
     assert "== budget: stopping the run" in stdout
+    assert (dest / "pytest.txt").read_text().rstrip().splitlines()[-1].startswith("1 passed")
     plan_line = next(line for line in stdout.splitlines() if line.startswith("plan of run"))
     assert "56 cells" in plan_line  # the plan was printed before the run
     _check_brought_home(dest, stdout)
 
 
 @pytest.mark.slow
-def test_gpu_check_brings_the_run_home_on_sigterm(tmp_path, monkeypatch):
+def test_the_lease_script_brings_the_run_home_on_sigterm(tmp_path, monkeypatch):
     import signal
     import time
 
     monkeypatch.chdir(tmp_path)
     wf = copy_workflow(tmp_path / "wf", precollected=False)
     dest = tmp_path / "out"
-    proc = _gpu_check(wf, dest)
+    proc = _lease_script(wf, dest)
     deadline = time.monotonic() + 300
     # wait until a few cells are measured (Snakemake deletes the outputs of a job it has
     # not yet seen end), then stop the script as a lease's end would
@@ -235,3 +240,14 @@ def test_gpu_check_brings_the_run_home_on_sigterm(tmp_path, monkeypatch):
     assert proc.returncode == 0, stdout[-4000:]
     assert "== SIGTERM after" in stdout
     _check_brought_home(dest, stdout)
+
+
+def test_pytest_k_gpu_leaves_out_the_long_rehearsals():
+    """A lease's first command is `pytest -k gpu` (the checks only a GPU can make): none of
+    this module's CPU rehearsals, which take minutes, may carry "gpu" in its name."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-k", "gpu", "-m", "slow", str(config.REPO / "tests")],
+        capture_output=True, text=True, cwd=config.REPO,
+    )  # fmt: skip
+    assert out.returncode == 5, out.stdout[-2000:]  # 5: no test collected
