@@ -6,12 +6,12 @@ rule bench:
         prov=paths.prov(paths.CELL),
     log:
         paths.BENCH_LOG,
+    priority: bench_priority
     conda:
         "../../envs/bench.yaml"
     threads: BENCH_THREADS
     resources:
         **BENCH_RESOURCES,
-    priority: bench_priority
     params:
         run=RUN,
         cell=cell_params,
@@ -33,12 +33,12 @@ rule profile:
         prov=[paths.prov(paths.OPS), paths.prov(paths.TRACE)],
     log:
         "logs/{run}/profile/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log",
+    priority: PRIORITY["profile"][1]
     conda:
         "../../envs/bench.yaml"
     threads: BENCH_THREADS
     resources:
         **BENCH_RESOURCES,
-    priority: PRIORITY["profile"][1]
     params:
         run=RUN,
         cell=profiled_cell_params,
@@ -58,12 +58,12 @@ rule prewarm:
         prov=paths.prov(paths.PREWARM),
     log:
         "logs/{run}/prewarm/{model}/{backend}-{dtype}.log",
+    priority: prewarm_priority
     conda:
         "../../envs/bench.yaml"
     threads: BENCH_THREADS
     resources:
         **BENCH_RESOURCES,
-    priority: prewarm_priority
     params:
         run=RUN,
         cells=prewarm_cells,

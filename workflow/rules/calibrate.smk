@@ -4,12 +4,12 @@ rule calibrate:
         prov=paths.prov(paths.DEVICE),
     log:
         "logs/{run}/calibrate.log",
+    priority: PRIORITY["calibrate"]
     conda:
         "../../envs/bench.yaml"
     threads: BENCH_THREADS
     resources:
         **BENCH_RESOURCES,
-    priority: PRIORITY["calibrate"]
     params:
         device=PLAN.device,
         dtypes=sorted({c.dtype for c in PLAN.cells}),

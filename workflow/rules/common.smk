@@ -60,7 +60,9 @@ if CUDA and "gpu" not in workflow.global_resources:
 # disk: one cache for all of the run's jobs, with autotuning results kept, so a `prewarm`
 # job pays them before the cells and no cell pays them inside its timings or timeout.
 # (torch.compile's Inductor caches are on disk by default, in /tmp/torchinductor_<user>.)
-os.environ.setdefault("TRITON_CACHE_DIR", str(Path(paths.cache(RUN, "triton")).resolve()))
+os.environ.setdefault(
+    "TRITON_CACHE_DIR", str(Path(paths.cache(RUN, "triton")).resolve())
+)
 os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
 
 # The order a run measures in (Snakemake's `priority`): calibration, the verification and

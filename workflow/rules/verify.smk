@@ -4,12 +4,12 @@ rule verify:
         prov=paths.prov(paths.VERIFY),
     log:
         "logs/{run}/verify/{model}/{backend}.log",
+    priority: verify_priority
     conda:
         "../../envs/bench.yaml"
     threads: BENCH_THREADS
     resources:
         **BENCH_RESOURCES,
-    priority: verify_priority
     params:
         device=PLAN.device,
         dtypes=run_dtypes,
