@@ -14,9 +14,8 @@ from ssmbench.tables import aggregate, write_tables
 with logged(snakemake):
     started = now()
     run, p = snakemake.wildcards.run, snakemake.params
-    extra = unfinished_records(
-        run, [Cell(**c) for c in p.planned], snakemake.input.cells, p.size, p.device
-    )
+    planned = [Cell(**c) for c in p.planned]
+    extra = unfinished_records(run, planned, snakemake.input.cells, p.size, p.device, p.stopped)
     tables = aggregate(
         snakemake.input.cells, snakemake.input.verify, run, snakemake.input.ops, extra
     )

@@ -15,7 +15,7 @@
 #    (R = --reserve-s, default 90) the run is stopped, as on SIGTERM; a failed job does
 #    not stop the others.
 # 4. A run that did not finish is finished from what it left (snakemake --config
-#    partial=True: records whose provenance vouches for them; cells never reached are
+#    partial=<why it stopped>: records whose provenance vouches for them; cells never reached are
 #    not_run with reason budget): tables, verdict, then the figures there is time for.
 # 5. Packs everything into DEST as at most 8 flat files of at most 16 MiB (ssmbench.pack:
 #    ssmbench-<run>.tar.gz, traces-<run>.tar.gz, cells.csv, summary.txt, targets.txt,
@@ -171,10 +171,10 @@ if [ "$status" -ne 0 ] || [ -n "$STOPPED" ]; then
     "$PY" -m snakemake --unlock --config "${CONFIG[@]}" >/dev/null 2>&1
     FINISH_BY=""
     [ -n "$BUDGET_S" ] && FINISH_BY=$(( START + BUDGET_S - 20 ))  # 20 s left to pack
-    echo "== finishing from the records that exist (partial=True)"
+    echo "== finishing from the records that exist (partial=${STOPPED:-failure})"
     run_until "$FINISH_BY" "$PY" -m snakemake --cores all --keep-going --rerun-triggers mtime \
         --allowed-rules aggregate verdict figure_table figure all \
-        --config "${CONFIG[@]}" partial=True || echo "== finishing ended with status $?"
+        --config "${CONFIG[@]}" partial="${STOPPED:-failure}" || echo "== finishing ended with status $?"
 fi
 
 # 5. what goes home

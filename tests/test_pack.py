@@ -104,7 +104,7 @@ def test_cells_without_a_finished_record_become_not_run_or_failed(tmp_path, monk
     assert key(done) not in by_cell
     assert by_cell[key(started)].status == "failed" and str(log) in by_cell[key(started)].reason
     assert {by_cell[key(c)].status for c in untouched} == {"not_run"}
-    assert {by_cell[key(c)].reason for c in untouched} == {NOT_REACHED}
+    assert {by_cell[key(c)].reason for c in untouched} == {NOT_REACHED["budget"]}
 
 
 @pytest.mark.parametrize("bad", ["0", "x"])

@@ -156,8 +156,9 @@ class Plan:
     import_ssm_scope: str | None = None
     # the cells the run's answer rests on, scheduled first (preset key `headline`)
     headline: frozenset[Cell] = field(default=frozenset())
-    # finish a stopped run from the records it left (config key `partial`)
-    partial: bool = False
+    # finish a stopped run from the records it left (config key `partial`: why it stopped,
+    # budget, sigterm or failure; "" for a run that is not being finished)
+    partial: str = ""
 
     @property
     def headline_pairs(self) -> frozenset[tuple[str, str]]:
@@ -304,8 +305,15 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         precollected_dir=config.get("precollected_dir", "results/precollected"),
         pairs=tuple(sorted({(c.model, verified_backend(c.backend)) for c in cells})),
         headline=headline,
-        partial=config.get("partial", False),
+        partial=_stop_reason(config.get("partial", False)),
     )
+
+
+def _stop_reason(partial: bool | str) -> str:
+    """Config key ``partial`` as the reason a stopped run stopped ("" when not partial)."""
+    if partial is True:
+        return "budget"
+    return partial or ""
 
 
 # a headline selector's keys -> the cell's axis they filter

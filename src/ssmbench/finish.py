@@ -8,7 +8,8 @@ bytes count (:func:`ssmbench.provenance.vouched`; a job killed while writing lea
 sidecar), and every planned cell without one becomes a row of its own, so the tables
 say what was not measured instead of leaving it out:
 
-- ``not_run`` with reason ``budget``: its job never started;
+- ``not_run``: its job never started; the reason says why the run stopped (``budget``,
+  ``sigterm``, or ``failure``: a job it needs failed, so it could not start);
 - ``failed``: its job started (its log exists) but left no finished record: it crashed,
   or it was killed when the run stopped; the reason names the log.
 """
@@ -22,13 +23,23 @@ from ssmbench import paths
 from ssmbench.config import Cell
 from ssmbench.records import CellRecord
 
-NOT_REACHED = "budget: the run stopped before this cell's job started"
+NOT_REACHED = {
+    "budget": "budget: the run stopped at its time budget before this cell's job started",
+    "sigterm": "sigterm: the run was stopped (SIGTERM) before this cell's job started",
+    "failure": "failure: a job this cell needs (verify, prewarm, calibrate) failed first",
+}
 
 
 def unfinished_records(
-    run: str, planned: Iterable[Cell], finished: Iterable[str], size: dict, device: str
+    run: str,
+    planned: Iterable[Cell],
+    finished: Iterable[str],
+    size: dict,
+    device: str,
+    stopped: str = "budget",
 ) -> list[CellRecord]:
-    """A record for each planned cell whose record path is not among ``finished``."""
+    """A record for each planned cell whose record path is not among ``finished``;
+    ``stopped`` is why the run stopped (a key of :data:`NOT_REACHED`)."""
     done = {os.path.normpath(p) for p in finished}
     records = []
     for c in planned:
@@ -41,7 +52,7 @@ def unfinished_records(
                 f"its job left no finished record (crashed, or killed when the run stopped): {log}"
             )
         else:
-            status, reason = "not_run", NOT_REACHED
+            status, reason = "not_run", NOT_REACHED[stopped]
         records.append(
             CellRecord(
                 run=run, **vars(c), device=device, size=dict(size), status=status, reason=reason

@@ -35,6 +35,7 @@ rule aggregate:
     params:
         # partial=True: the planned cells that left no finished record become rows too
         planned=planned_cells,
+        stopped=PLAN.partial,
         size=vars(PLAN.size),
         device=PLAN.device,
     script:
