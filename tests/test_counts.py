@@ -187,7 +187,8 @@ def test_train_and_decode_bytes():
     assert train.bytes == 2 * fwd.weights_bytes + 2 * 64 * size.d_model * 4
     dec = counts.counts("attention", "decode", size, 2, 64, 0, "fp32")
     new_kv = size.n_layers * 2 * 2 * size.n_heads * size.head_dim * 4
-    assert dec.tokens == 2 and dec.cache_bytes == fwd.cache_bytes
+    # the buffer a step reads holds the prefill's 64 tokens and the new token's slot
+    assert dec.tokens == 2 and dec.cache_bytes == fwd.cache_bytes + new_kv
     assert dec.bytes == dec.weights_bytes + 2 * 2 * size.d_model * 4 + dec.cache_bytes + new_kv
     ssm = counts.counts("mamba2", "decode", size, 2, 64, 6, "fp32")
     assert ssm.bytes == ssm.weights_bytes + 2 * 2 * size.d_model * 4 + 2 * ssm.cache_bytes

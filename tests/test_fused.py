@@ -809,6 +809,44 @@ def test_gpu_decode_steps_replay_in_cuda_graphs():
     _assert_all(checks)
 
 
+@needs_cuda
+@pytest.mark.parametrize("backend", ["torch", "fused"])
+def test_gpu_attention_decode_writes_in_place_and_replays_in_a_cuda_graph(backend):
+    """Attention's decode step on a preallocated KV cache (bf16, T = 100 cached tokens, a
+    buffer of 101): eager and CUDA-graph replay agree with attention over the whole
+    sequence, and the step writes the new token's slot only."""
+    from ssmbench import ops
+    from ssmbench.models.attention import kv_buffer
+
+    g = torch.Generator().manual_seed(21)
+    b, T, h, d = 2, 100, 4, 64
+    q, k, v = (torch.randn(b, T + 1, h, d, generator=g).cuda().bfloat16() for _ in range(3))
+    reference_y = ops.attention(q, k, v, backend="torch")[:, T]  # the last query, causal
+    cache = kv_buffer((k[:, :T], v[:, :T]), T + 1, like=k[:, 0])
+
+    def step():
+        return ops.attention_step(q[:, T], k[:, T], v[:, T], cache, backend=backend)
+
+    eager_y, _ = step()
+    assert torch.equal(cache.k[:, T], k[:, T]) and torch.equal(cache.k[:, :T], k[:, :T])
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_y, _ = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_all(
+        [
+            compare(f"attention_step[{backend}].y", reference_y, eager_y, "bf16"),
+            compare(f"attention_step[{backend}].y (graph)", eager_y, graph_y, "bf16"),
+        ]
+    )
+
+
 # verify on the GPU: the families whose fused shapes or phases are chosen for the kernels'
 # constraints (mamba_ssm's Mamba-3, Mamba-1's Triton step without the CUDA extension,
 # FlashAttention); Mamba-2, DeltaNet and the hybrid autotune dozens of configs per shape,

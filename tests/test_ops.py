@@ -12,9 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssmbench import ops, reference
+from ssmbench import counts, ops, reference
 from ssmbench.config import Size
 from ssmbench.models import BACKENDS, FAMILIES, build_model
+from ssmbench.models.attention import CONCAT_BACKENDS, KVBuffer, kv_buffer, valid_cache
 from ssmbench.models.mamba import TIME_BLOCK, blocked_scan, linear_scan, selective_scan_naive
 from ssmbench.models.mamba2 import FACTOR_LIMIT
 from ssmbench.numerics import assert_close, to_numpy
@@ -99,8 +100,59 @@ def test_attention_step_matches_scan(shape, backend):
         y_t, cache = ops.attention_step(q[:, t], k[:, t], v[:, t], cache, backend=backend)
         ys.append(y_t)
     assert_close("y", ops.attention(q, k, v, backend=backend), torch.stack(ys, dim=1), "fp32")
+    if backend in CONCAT_BACKENDS:
+        assert isinstance(cache, tuple) and not isinstance(cache, KVBuffer)
+    else:  # grown from nothing, in place: a buffer of at least T tokens, T of them valid
+        assert isinstance(cache, KVBuffer) and cache.length == shape[1] <= cache.capacity
+        assert int(cache.position) == cache.length
+        cache = cache.valid()
     assert_close("k_cache", k, cache[0], "fp32")
     assert_close("v_cache", v, cache[1], "fp32")
+
+
+def _float_storages(value) -> dict[int, torch.Tensor]:
+    """data_ptr -> tensor, for every floating-point tensor reachable from ``value``."""
+    found = {}
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point():
+            found[value.untyped_storage().data_ptr()] = value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            found.update(_float_storages(item))
+    return found
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_decode_step_writes_what_counts_says(backend):
+    """Storage a decode step writes, measured: elements changed in the cache it was given
+    plus the bytes of new storage in the cache it returns, against ssmbench.counts (one
+    token's key and value per attention layer).  The in-place buffer writes exactly that;
+    the naive loop's concatenation writes the whole cache again, T + 1 times as much."""
+    b, T, h, d = 2, 64, 3, 8
+    q, k, v = attention_inputs((b, T + 1, h, d), seed=5)
+    prefix = (k[:, :T].contiguous(), v[:, :T].contiguous())
+    cache = prefix if backend in CONCAT_BACKENDS else kv_buffer(prefix, T + 1, like=k[:, 0])
+    before = {ptr: t.clone() for ptr, t in _float_storages(cache).items()}
+    y, new_cache = ops.attention_step(q[:, T], k[:, T], v[:, T], cache, backend=backend)
+    changed = sum(
+        int((t != before[ptr]).sum()) * t.element_size()
+        for ptr, t in _float_storages(cache).items()
+    )
+    fresh = sum(
+        t.untyped_storage().nbytes()
+        for ptr, t in _float_storages(new_cache).items()
+        if ptr not in before
+    )
+    size = Size(d_model=h * d, n_layers=1, n_heads=h, head_dim=d, expand=2, d_conv=4, chunk=16)
+    analytic = counts.layer("attention", size, 0, 0, b, T, decode=True).step_writes * 4
+    assert analytic == 2 * b * h * d * 4
+    if backend in CONCAT_BACKENDS:
+        assert changed == 0 and fresh == (T + 1) * analytic
+    else:
+        assert fresh == 0 and changed == analytic  # one token, in place
+        assert all(p in before for p in _float_storages(new_cache))  # the same buffers
+    reference_y = ops.attention(q, k, v, backend="naive")[:, T]  # the last query, causal
+    assert_close("y", reference_y, y, "fp32")
 
 
 # selective scan
@@ -259,7 +311,8 @@ def test_block_step_matches_forward(model, backend):
             ys.append(y_t)
     assert_close("y", y, torch.stack(ys, dim=1), "fp32")
     for layer, (cache, step_cache) in enumerate(zip(caches, step_caches, strict=True)):
-        for part, (full, stepped) in enumerate(zip(cache, step_cache, strict=True)):
+        stepped_parts = valid_cache(step_cache)
+        for part, (full, stepped) in enumerate(zip(cache, stepped_parts, strict=True)):
             assert_close(f"cache{layer}.{part}", full, stepped, "fp32")
 
 

@@ -279,6 +279,18 @@ class Work:
         self.graph_pool_bytes = graph_pool_bytes
 
 
+def kv_cache_kind(c: Cell) -> str:
+    """How a decode cell's attention layers keep their KV cache ("" where the cell has no
+    attention layer or does not decode): "in-place" (preallocated, one token written per
+    step) or "concatenated" (a new cache each step: the naive loop)."""
+    from ssmbench.config import verified_backend
+    from ssmbench.models.attention import CONCAT_BACKENDS
+
+    if c.phase != "decode" or c.model not in ("attention", "hybrid"):
+        return ""
+    return "concatenated" if verified_backend(c.backend) in CONCAT_BACKENDS else "in-place"
+
+
 def phase_work(c: Cell, model, x) -> Work:
     """The callable of ``c.phase`` on ``model`` and input ``x (b, t, d_model)``.
 
@@ -287,7 +299,10 @@ def phase_work(c: Cell, model, x) -> Work:
     * decode: ``model.step(x_T, cache)``, one more token per sequence given the cache of
       T tokens; the cache is built before timing by a prefill with the ``torch`` backend
       (the forms are verified equal; the naive loop would only make set-up slow), and
-      every sample steps from that same cache (the step returns a new one);
+      every sample steps from that same cache: an SSM's step returns a new state;
+      attention's KV cache is put in a buffer of T + 1 tokens, into which every step
+      writes its key and value in place at slot T (the ``naive`` loop keeps the pair and
+      concatenates a new one, as the seed studies do; the record's ``kv_cache`` says which);
     * train: forward and backward over T tokens with the scalar loss mean(y^2) in float32,
       gradients for every parameter (set to None before each call, so each call allocates
       them as a training step does).
@@ -321,6 +336,10 @@ def phase_work(c: Cell, model, x) -> Work:
                 _, cache = model(x)
         finally:
             model.backend = backend
+        # attention's KV cache in a buffer of T + 1 tokens that each step writes in place
+        # (the naive loop keeps its pair and concatenates); every sample writes slot T
+        with torch.inference_mode():
+            cache = model.decode_caches(cache, capacity=c.seq_len + 1)
         x_t = x[:, -1].clone()  # (b, d_model): any token will do, this one is real data
         if c.backend in GRAPH_BACKENDS:
             replay = graph_step(model, x_t, cache)
@@ -577,6 +596,7 @@ def _measure_into(
     meter = EnergyMeter(spec.device)
     cuda = spec.device == "cuda"
     record.clocks_locked = clocks_locked()
+    record.kv_cache = kv_cache_kind(c)
     clocks = {}  # the GPU clocks of the warm device, before and after the timed loop
 
     def read_clocks():

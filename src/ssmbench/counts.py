@@ -183,9 +183,13 @@ def n_params(model: str, size: Size, d_state: int) -> int:
     return sum(x.params for x in _layers(model, size, d_state, 1, 1)) + size.d_model
 
 
-def cache_elements(model: str, size: Size, batch: int, seq_len: int, d_state: int) -> int:
-    """Elements of the states (SSM) or KV caches (attention) a prefill returns."""
-    return sum(x.cache for x in _layers(model, size, d_state, batch, seq_len))
+def cache_elements(
+    model: str, size: Size, batch: int, seq_len: int, d_state: int, decode: bool = False
+) -> int:
+    """Elements of the states (SSM) or KV caches (attention) a prefill returns, or with
+    ``decode`` the ones a decode step after ``seq_len`` tokens reads: attention's buffer
+    holds the new token's slot too (T + 1 tokens, written in place)."""
+    return sum(x.cache for x in _layers(model, size, d_state, batch, seq_len, decode))
 
 
 def prefill_terms(model: str, size: Size, batch: int, seq_len: int, d_state: int) -> dict:
@@ -274,14 +278,15 @@ def counts(
     * prefill: the forward pass; bytes = weights + x in + y out + the cache it returns.
     * decode: one token per sequence given a cache of ``seq_len`` tokens; bytes = weights
       + x_t in + y_t out + the cache read + what the step writes (an SSM rewrites its
-      whole state; attention appends one key and value per layer).
+      whole state; attention writes one key and value per layer in place, into a buffer
+      of T + 1 tokens, and reads the buffer once: the cache counted is that buffer).
     * train: forward and backward, counted as 3x the forward (the backward pass costs
       twice the forward: Kaplan et al. 2020, arXiv 2001.08361, section 2.1); bytes =
       weights read + their gradients written + x in.
     """
     width = DTYPE_BYTES[dtype]
     weights = n_params(model, size, d_state) * width
-    cache = cache_elements(model, size, batch, seq_len, d_state) * width
+    cache = cache_elements(model, size, batch, seq_len, d_state, phase == "decode") * width
     D = size.d_model
     if phase == "prefill":
         flop = prefill_flop(model, size, batch, seq_len, d_state)

@@ -87,6 +87,8 @@ class CellRecord:
     temperature_after_c: float | None = None
     clock_drop: bool | None = None
     clocks_locked: bool = False  # the run locked the GPU clocks (ssmbench.measure.clocks)
+    # attention decode: "in-place" (preallocated KV cache) or "concatenated" (naive loop)
+    kv_cache: str = ""
     # where it came from
     verify: dict | None = None
     git_commit: str = ""

@@ -9,11 +9,24 @@ Two backends of the same operator, side by side:
 
 Layout ``(b, t, h, d)`` in and out; heads-first ``(b, h, t, d)`` only inside a function,
 because that is what matmul and SDPA batch over.  Scale ``1 / sqrt(d)`` in both.
+
+Decode keeps a KV cache, in one of two forms:
+
+- ``naive``: a ``(k, v)`` pair that each step concatenates into a new pair one token
+  longer (``torch.cat``), as the seed studies' decode loops do: every token copies the
+  whole cache, a cost that grows with T and is no part of attention;
+- every other backend: a :class:`KVBuffer`, preallocated to a capacity of at least the
+  tokens it will hold, into which each step writes its key and value in place, with the
+  valid length as data, as serving engines do (transformers' ``StaticCache``,
+  FlashAttention's ``flash_attn_with_kvcache``, vLLM's paged cache).  A step reads the
+  cache once and writes one token, which is what ``ssmbench.counts`` counts.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +37,56 @@ from ssmbench.models import fused
 from ssmbench.models.common import pick_backend
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # (k_cache, v_cache), each (b, t, h, d)
+# backends whose decode step concatenates a new cache each token (the seeds' loop)
+CONCAT_BACKENDS = ("naive",)
+MIN_CAPACITY = 16  # a buffer started from nothing; it doubles when full
+
+
+class KVBuffer(NamedTuple):
+    """A preallocated KV cache: ``k``, ``v`` each ``(b, capacity, h, d)``, of which the
+    first ``length`` tokens are valid.  ``length`` is kept twice: as a Python int, for
+    the host's bookkeeping (growing a full buffer, the valid views), and as ``position``,
+    a ``(1,)`` int64 tensor on the buffers' device that the step's kernels read, so the
+    step launches the same kernels at every length (and a CUDA graph of it replays)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    length: int
+    position: torch.Tensor
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[1]
+
+    def valid(self) -> KVCache:
+        """The cached tokens, as views ``(b, length, h, d)``."""
+        return self.k[:, : self.length], self.v[:, : self.length]
+
+
+def valid_cache(cache):
+    """A layer's cache as comparable tensors: a :class:`KVBuffer`'s valid ``(k, v)``,
+    anything else (a ``(k, v)`` pair, an SSM state) as it is."""
+    return cache.valid() if isinstance(cache, KVBuffer) else cache
+
+
+def kv_buffer(cache: KVCache | KVBuffer | None, capacity: int, like: torch.Tensor) -> KVBuffer:
+    """``cache`` (a ``(k, v)`` pair, a buffer, or None for an empty cache) in a buffer of
+    at least ``capacity`` tokens: one copy, made outside any timed step.  ``like`` is a
+    ``(b, h, d)`` token, for an empty cache's shape, dtype and device."""
+    if isinstance(cache, KVBuffer):
+        if cache.capacity >= capacity:
+            return cache
+        cache = cache.valid()
+    length = 0 if cache is None else cache[0].shape[1]
+    b, h, d = like.shape
+    # zeros, not empty: a masked slot's weight is 0, and 0 x NaN of uninitialised memory
+    # would still be NaN (transformers' StaticCache starts from zeros too)
+    k = like.new_zeros(b, max(capacity, length), h, d)  # (b cap h d)
+    v = like.new_zeros(b, max(capacity, length), h, d)
+    if cache is not None:
+        k[:, :length], v[:, :length] = cache
+    position = torch.full((1,), length, dtype=torch.int64, device=like.device)
+    return KVBuffer(k, v, length, position)
 
 
 def attention_naive(
@@ -70,28 +133,67 @@ def attention_step(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    cache: KVCache | None = None,
+    cache: KVCache | KVBuffer | None = None,
     backend: str = "torch",
-) -> tuple[torch.Tensor, KVCache]:
-    """One decode step: append this token's key and value, attend to every cached token.
+) -> tuple[torch.Tensor, KVCache | KVBuffer]:
+    """One decode step: add this token's key and value, attend to every cached token.
 
     Args:
         q, k, v: ``(b, h, d)`` for one token.
-        cache: ``(k_cache, v_cache)`` each ``(b, s, h, d)``, or None for an empty cache.
-        backend: which attention computes the single query (no mask needed: the one
-            query is the newest token and may see every cached one).
+        cache: the tokens so far: a :class:`KVBuffer`, a ``(k_cache, v_cache)`` pair each
+            ``(b, s, h, d)``, or None for an empty cache.
+        backend: which attention computes the single query (no causal mask: the one query
+            is the newest token and may see every cached one).
 
     Returns:
-        y: ``(b, h, d)`` and the cache grown to ``(b, s + 1, h, d)``.  The cache is a
-        new tensor each step (torch.cat), which is what simple decode loops do.
+        y: ``(b, h, d)`` and the cache holding ``s + 1`` tokens.  ``naive`` concatenates a
+        new ``(k, v)`` pair (a copy of the whole cache each token); every other backend
+        writes the token in place into a :class:`KVBuffer` (a pair or None given is put in
+        one first; a full buffer doubles) and returns the buffer with its length advanced:
+        the returned cache shares the buffers of the one given, so step on from the newest.
     """
-    attend = pick_backend(ATTENTION_BACKENDS, backend, "attention_step")
-    k, v = k.unsqueeze(1), v.unsqueeze(1)  # (b 1 h d)
-    if cache is not None:
-        k = torch.cat([cache[0], k], dim=1)  # (b s+1 h d)
-        v = torch.cat([cache[1], v], dim=1)  # (b s+1 h d)
-    y = attend(q.unsqueeze(1), k, v, causal=False)  # (b 1 h d)
-    return y.squeeze(1), (k, v)  # (b h d)
+    if backend in CONCAT_BACKENDS:
+        attend = pick_backend(ATTENTION_BACKENDS, backend, "attention_step")
+        k, v = k.unsqueeze(1), v.unsqueeze(1)  # (b 1 h d)
+        if cache is not None:
+            k_cache, v_cache = cache.valid() if isinstance(cache, KVBuffer) else cache
+            k = torch.cat([k_cache, k], dim=1)  # (b s+1 h d)
+            v = torch.cat([v_cache, v], dim=1)  # (b s+1 h d)
+        y = attend(q.unsqueeze(1), k, v, causal=False)  # (b 1 h d)
+        return y.squeeze(1), (k, v)  # (b h d)
+    if backend not in ATTENTION_STEP_BACKENDS and backend != "compile":
+        pick_backend(ATTENTION_BACKENDS, backend, "attention_step")  # raises, naming them all
+    step = pick_backend(ATTENTION_STEP_BACKENDS, backend, "attention_step")
+    length = (
+        0 if cache is None else (cache.length if isinstance(cache, KVBuffer) else cache[0].shape[1])
+    )
+    if not isinstance(cache, KVBuffer) or cache.capacity <= length:
+        cache = kv_buffer(cache, max(2 * length, MIN_CAPACITY, length + 1), like=k)
+    y = step(q, k, v, cache)  # (b h d), writes k, v at cache.position
+    return y, KVBuffer(cache.k, cache.v, cache.length + 1, cache.position + 1)
+
+
+def attention_step_torch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVBuffer
+) -> torch.Tensor:
+    """Write the token at ``cache.position`` in place, then one query against the buffer
+    by SDPA with the positions past it masked out: q, k, v ``(b, h, d)`` -> y ``(b, h, d)``.
+    The mask is made from ``position`` on the device, so the kernels are the same at every
+    length; the buffer is read once, to its capacity (the cells size it to T + 1)."""
+    cache.k.index_copy_(1, cache.position, k.unsqueeze(1))  # (b cap h d), one token written
+    cache.v.index_copy_(1, cache.position, v.unsqueeze(1))
+    slots = torch.arange(cache.capacity, device=k.device)
+    visible = (slots <= cache.position)[None]  # (1 cap): the cached tokens and this one
+    q_, k_, v_ = q.unsqueeze(2), cache.k.transpose(1, 2), cache.v.transpose(1, 2)  # (b h . d)
+    y = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=visible)  # (b h 1 d)
+    return y.squeeze(2)  # (b h d)
+
+
+ATTENTION_STEP_BACKENDS = {
+    "torch": attention_step_torch,
+    # flash_attn_with_kvcache, else the torch step (SDPA) on CUDA in half precision
+    "fused": functools.partial(fused.attention_step_fused, without_flash=attention_step_torch),
+}
 
 
 class AttentionMixer(nn.Module):
@@ -121,16 +223,25 @@ class AttentionMixer(nn.Module):
         return y, (k.contiguous(), v.contiguous())  # own storage, not views of qkv
 
     def step(
-        self, x_t: torch.Tensor, cache: KVCache | None, backend: str
-    ) -> tuple[torch.Tensor, KVCache]:
+        self, x_t: torch.Tensor, cache: KVCache | KVBuffer | None, backend: str
+    ) -> tuple[torch.Tensor, KVCache | KVBuffer]:
         """x_t: ``(b, d_model)``, cache from :meth:`forward` or the last step (or None)
-        -> y_t ``(b, d_model)`` and the cache grown by one token."""
+        -> y_t ``(b, d_model)`` and the cache holding one more token
+        (:func:`attention_step`)."""
         batch = x_t.shape[0]
         qkv = self.qkv_proj(x_t).view(batch, 3, self.n_heads, self.head_dim)  # (b 3 h d)
         q, k, v = qkv.unbind(dim=1)  # 3 x (b h d)
         y_t, cache = attention_step(q, k, v, cache, backend=backend)  # (b h d)
         y_t = self.out_proj(y_t.reshape(batch, self.n_heads * self.head_dim))  # (b d_model)
         return y_t, cache
+
+    def decode_cache(self, cache: KVCache, capacity: int, backend: str) -> KVCache | KVBuffer:
+        """The cache :meth:`step` decodes from with ``backend``: the prefill's pair as is
+        for the concatenating ``naive`` loop, else in a :class:`KVBuffer` of ``capacity``
+        tokens (one copy, before any timed step)."""
+        if backend in CONCAT_BACKENDS:
+            return cache
+        return kv_buffer(cache, capacity, like=cache[0][:, 0])
 
 
 def build_mixer(size: Size, d_state: int, layer: int) -> AttentionMixer:

@@ -177,6 +177,17 @@ class ResidualStack(nn.Module):
             caches.append(cache)
         return self.norm_f(x), caches
 
+    def decode_caches(self, caches: list, capacity: int) -> list:
+        """The caches a decode of up to ``capacity`` tokens steps from: each layer's as its
+        mixer keeps it for this backend (attention: a preallocated buffer written in
+        place, except the naive loop's pair; an SSM's state as it is)."""
+        return [
+            mixer.decode_cache(cache, capacity, self.backend)
+            if hasattr(mixer, "decode_cache")
+            else cache
+            for mixer, cache in zip(self.mixers, caches, strict=True)
+        ]
+
     def step(self, x_t: torch.Tensor, caches: list) -> tuple[torch.Tensor, list]:
         """x_t: ``(b, d_model)``, caches from :meth:`forward` or an earlier step (or a
         list of None to start from empty) -> y_t ``(b, d_model)`` and the new caches."""

@@ -65,6 +65,7 @@ __all__ = [
     "FUSED_OPS",
     "SHAPE_REASONS",
     "attention_fused",
+    "attention_step_fused",
     "attention_impl",
     "attention_shape_reason",
     "block_shape_reason",
@@ -730,6 +731,38 @@ def attention_fused(
         message = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         raise BackendUnavailable(f"SDPA's flash backend cannot run: {message}") from e
     return y.transpose(1, 2)  # (b t h d)
+
+
+def attention_step_fused(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache, without_flash: Callable
+) -> torch.Tensor:
+    """One decode query against a preallocated KV cache (an
+    :class:`ssmbench.models.attention.KVBuffer`), writing the token in place:
+    q, k, v ``(b, h, d)`` -> y ``(b, h, d)``.
+
+    ``flash_attn.flash_attn_with_kvcache`` writes k and v at ``cache_seqlens`` and attends
+    to the valid tokens only (the position as an int32 per sequence).  Without flash-attn,
+    ``without_flash(q, k, v, cache)`` runs: the ``torch`` step (the same write, then SDPA
+    over the buffer with the later slots masked; SDPA's flash kernel takes no mask, so
+    PyTorch picks its memory-efficient one).  CUDA, fp16 and bf16 only, as
+    :func:`attention_fused`.
+    """
+    if not all(x.is_cuda for x in (q, k, v, cache.k)):
+        raise BackendUnavailable(FLASH_NEEDS_CUDA)
+    if q.dtype not in _HALF:
+        raise BackendUnavailable(f"{FLASH_DTYPES}, not {q.dtype}")
+    reason = attention_shape_reason(q.shape[-1])
+    if reason:
+        raise BackendUnavailable(reason)
+    if not _installed("flash_attn"):
+        return without_flash(q, k, v, cache)
+    flash_attn = _import("flash_attn", "flash_attn")
+    seqlens = cache.position.to(torch.int32).expand(q.shape[0]).contiguous()  # (b,)
+    tokens = [x.unsqueeze(1) for x in (q, k, v)]  # (b 1 h d)
+    y = flash_attn.flash_attn_with_kvcache(
+        tokens[0], cache.k, cache.v, k=tokens[1], v=tokens[2], cache_seqlens=seqlens
+    )  # (b 1 h d)
+    return y.squeeze(1)
 
 
 # --- tables ----------------------------------------------------------------------------

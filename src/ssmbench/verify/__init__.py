@@ -35,6 +35,7 @@ import torch
 
 from ssmbench.config import Size
 from ssmbench.models import DTYPES, build_model
+from ssmbench.models.attention import valid_cache
 from ssmbench.models.common import BackendUnavailable
 from ssmbench.numerics import compare
 
@@ -180,6 +181,7 @@ def _check_block(
         return [], [shape]
     checks = [compare(f"block.{kind}.y[{label}]", y, torch.stack(ys, 1), dtype)]
     for layer, (cache, step_cache) in enumerate(zip(caches, step_caches, strict=True)):
+        step_cache = valid_cache(step_cache)  # a preallocated KV cache: its valid tokens
         fields = getattr(cache, "_fields", None) or [str(i) for i in range(len(cache))]
         for part, full, stepped in zip(fields, cache, step_cache, strict=True):
             name = f"block.{kind}.cache{layer}.{part}[{label}]"

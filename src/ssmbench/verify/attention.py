@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ssmbench import ops, reference
+from ssmbench.models.attention import CONCAT_BACKENDS, kv_buffer
 from ssmbench.numerics import compare, to_numpy
 from ssmbench.verify import FUSED, SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
 
@@ -46,4 +47,14 @@ def op_checks(
                 y_t, cache = ops.attention_step(q[:, i], k[:, i], v[:, i], cache, backend=backend)
                 ys.append(y_t)
             checks.append(compare(f"attention_step.y[{label}]", ref, torch.stack(ys, 1), dtype))
+            if backend not in CONCAT_BACKENDS:  # as a decode cell does: a prefix's cache in a
+                # buffer of exactly the tokens to come, each step written in place
+                t0 = t // 2
+                cache = kv_buffer((k[:, :t0], v[:, :t0]), capacity=t, like=k[:, 0])
+                ys = []
+                for i in range(t0, t):
+                    y_t, cache = ops.attention_step(q[:, i], k[:, i], v[:, i], cache, backend)
+                    ys.append(y_t)
+                name = f"attention_step.y[{label}-from-a-buffer-of-{t}]"
+                checks.append(compare(name, ref[:, t0:], torch.stack(ys, 1), dtype))
     return checks, shapes
