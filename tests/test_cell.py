@@ -513,3 +513,98 @@ def test_a_family_without_a_fused_kernel_is_unavailable():
     assert verify["status"] == "unavailable" and "fused" in verify["reason"]
     r = run_cell(spec(model="s4d", backend="fused"), verify=verify)
     assert r.status == "unavailable" and r.n_samples == 0
+
+
+FAMILIES_ALL = ["attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid"]
+
+
+def _layout(value) -> list:
+    """Shape, dtype, device and strides of every tensor in a cache, in order (the stride
+    of a dimension of size 1 means nothing, and a prefill's views carry its length there)."""
+    import torch
+
+    from ssmbench.models.attention import valid_cache
+
+    if isinstance(value, torch.Tensor):
+        strides = tuple(st for st, n in zip(value.stride(), value.shape, strict=True) if n > 1)
+        return [(tuple(value.shape), value.dtype, value.device, strides)]
+    if isinstance(value, (tuple, list)):
+        return [part for v in valid_cache(value) for part in _layout(v)]
+    return [value]
+
+
+@pytest.mark.parametrize("model", FAMILIES_ALL)
+def test_a_random_decode_cache_has_the_layout_of_a_prefilled_one(model):
+    """A decode cell's random cache: the same tensors as a prefill of T tokens leaves
+    (shapes, dtypes, strides), other values; what a step's time depends on is the same."""
+    import torch
+
+    from ssmbench.cell import _model_and_input, phase_work
+
+    d_state = 0 if model in ("attention", "deltanet") else 4
+    s = spec(model=model, phase="decode", seq_len=40, d_state=d_state)
+    model_, x = _model_and_input(s)
+    prefilled = phase_work(s.cell, model_, x, "prefill")
+    random = phase_work(s.cell, model_, x, "random")
+    assert _layout(random.cache) == _layout(prefilled.cache)
+    with torch.inference_mode():
+        y, _ = random.fn()
+    assert torch.isfinite(y).all()
+    first = [t for t in _flat(random.cache) if t.is_floating_point() or t.is_complex()][0]
+    assert not torch.equal(first, _flat(prefilled.cache)[0])
+
+
+def _flat(value) -> list:
+    import torch
+
+    from ssmbench.models.attention import valid_cache
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return (
+        [t for v in valid_cache(value) for t in _flat(v)]
+        if isinstance(value, (tuple, list))
+        else []
+    )
+
+
+def test_a_random_cache_cell_says_so_and_holds_what_a_prefilled_one_holds():
+    prefilled = run_cell(spec(model="attention", phase="decode", d_state=0), threads=1)
+    s = spec(model="attention", phase="decode", d_state=0)
+    random = run_cell(CellSpec(**{**vars(s), "cache_source": "random"}), threads=1)
+    assert random.status == prefilled.status == "ok", random.reason
+    assert (random.cache_source, prefilled.cache_source) == ("random", "prefill")
+    assert random.cache_bytes == prefilled.cache_bytes
+    prefill = run_cell(spec(model="attention"), threads=1)
+    assert prefill.cache_source == ""  # only decode cells have one
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["attention", "mamba2"])
+def test_a_random_and_a_prefilled_cache_time_alike(model):
+    """Interleaved in one process, the decode step from either cache takes the same time
+    within the noise of this machine (medians within a factor of 1.5; the values of a
+    cache do not change the work, unless they were denormal or NaN, which this would show)."""
+    import statistics
+    import time
+
+    import torch
+
+    from ssmbench.cell import _model_and_input, phase_work
+
+    d_state = 0 if model == "attention" else 16
+    size = Size(d_model=256, n_layers=2, n_heads=4, head_dim=64, expand=2, d_conv=4, chunk=64)
+    cell = Cell(model, "torch", "decode", 1, 4096, d_state, "fp32")
+    s = CellSpec("t", cell, "cpu", size, TIMING, seed=0)
+    model_, x = _model_and_input(s)
+    works = {src: phase_work(cell, model_, x, src) for src in ("prefill", "random")}
+    samples = {src: [] for src in works}
+    with torch.inference_mode():
+        for _ in range(25):
+            for src, work in works.items():
+                work.fn()
+                start = time.perf_counter()
+                work.fn()
+                samples[src].append(time.perf_counter() - start)
+    ratio = statistics.median(samples["random"]) / statistics.median(samples["prefill"])
+    assert 1 / 1.5 < ratio < 1.5, samples

@@ -58,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     cell.add_argument("--batch", type=positive_int, default=1)
     cell.add_argument("--seq-len", type=positive_int, required=True)
     cell.add_argument("--d-state", type=positive_int, default=16)
+    cell.add_argument(
+        "--cache",
+        default="prefill",
+        choices=["prefill", "random"],
+        help="decode: build the cache by a prefill of T tokens, or fill it with random values",
+    )
     cell.add_argument("--threads", type=positive_int, help="CPU threads (default: all cores)")
     cell.add_argument("--no-verify", action="store_true", help="time without verifying first")
     cell.add_argument(
@@ -120,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         size=sbconfig.Size(**preset["size"]),
         timing=sbconfig.Timing(**preset["timing"]),
         seed=args.seed,
+        cache_source=args.cache,
     )
     limit = args.mem_limit_gb or (preset.get("cpu_mem_limit_gb") if device == "cpu" else None)
     if limit:

@@ -28,6 +28,7 @@ class CellSpec:
     size: Size
     timing: Timing
     seed: int = 0
+    cache_source: str = "prefill"  # a decode cell's cache: "prefill" or "random" values
 
 
 def spec_from_params(p) -> CellSpec:
@@ -40,6 +41,7 @@ def spec_from_params(p) -> CellSpec:
         size=Size(**p.size),
         timing=Timing(**p.timing),
         seed=p.seed,
+        cache_source=getattr(p, "cache_source", "prefill"),
     )
 
 
@@ -291,7 +293,11 @@ def kv_cache_kind(c: Cell) -> str:
     return "concatenated" if verified_backend(c.backend) in CONCAT_BACKENDS else "in-place"
 
 
-def phase_work(c: Cell, model, x) -> Work:
+# a decode cell with a random cache takes its caches' shapes from a prefill this short
+RANDOM_CACHE_PREFIX = 16
+
+
+def phase_work(c: Cell, model, x, cache_source: str = "prefill") -> Work:
     """The callable of ``c.phase`` on ``model`` and input ``x (b, t, d_model)``.
 
     * prefill: ``model(x)``, the forward over T tokens, returning the output and every
@@ -303,6 +309,9 @@ def phase_work(c: Cell, model, x) -> Work:
       attention's KV cache is put in a buffer of T + 1 tokens, into which every step
       writes its key and value in place at slot T (the ``naive`` loop keeps the pair and
       concatenates a new one, as the seed studies do; the record's ``kv_cache`` says which);
+      with ``cache_source="random"`` the cache is not a prefill's but random values of the
+      same shapes and dtypes (a prefill of RANDOM_CACHE_PREFIX tokens gives the shapes): a
+      step's time depends on its cache's size, which keeps long contexts in budget;
     * train: forward and backward over T tokens with the scalar loss mean(y^2) in float32,
       gradients for every parameter (set to None before each call, so each call allocates
       them as a training step does).
@@ -330,12 +339,19 @@ def phase_work(c: Cell, model, x) -> Work:
                 "compile has no decode step: torch.compile covers the sequence operators; "
                 "a decode step runs the eager one-token code of the torch cells"
             )
+        if cache_source not in ("prefill", "random"):
+            raise ValueError(f"unknown cache_source {cache_source!r}; known: prefill, random")
         backend, model.backend = model.backend, "torch"
+        prefix = x if cache_source == "prefill" else x[:, :RANDOM_CACHE_PREFIX]
         try:
             with torch.inference_mode():
-                _, cache = model(x)
+                _, cache = model(prefix)
         finally:
             model.backend = backend
+        if cache_source == "random":  # the shapes of a T-token cache, random values
+            generator = torch.Generator().manual_seed(c.seq_len)
+            with torch.inference_mode():
+                cache = model.random_caches(cache, c.seq_len, generator)
         # attention's KV cache in a buffer of T + 1 tokens that each step writes in place
         # (the naive loop keeps its pair and concatenates); every sample writes slot T
         with torch.inference_mode():
@@ -405,7 +421,7 @@ def profile_cell(
     set_host_allocator(spec.timing.host_allocator)
     _set_threads(threads)
     model, x = _model_and_input(spec)
-    work = phase_work(c, model, x)
+    work = phase_work(c, model, x, spec.cache_source)
     with torch.inference_mode(not work.train):
         rows = profile_ops(work.fn, spec.device, warmup=1, iters=iters, trace_path=trace_path)
     keys = {"run": spec.run, **asdict(c), "device": spec.device}
@@ -591,12 +607,13 @@ def _measure_into(
     model, x = _model_and_input(spec)
 
     start = time.perf_counter()
-    work = phase_work(c, model, x)  # prefill and decode: the first warm-up call
+    work = phase_work(c, model, x, spec.cache_source)  # prefill and decode: a first call
     fn = work.fn
     meter = EnergyMeter(spec.device)
     cuda = spec.device == "cuda"
     record.clocks_locked = clocks_locked()
     record.kv_cache = kv_cache_kind(c)
+    record.cache_source = spec.cache_source if c.phase == "decode" else ""
     clocks = {}  # the GPU clocks of the warm device, before and after the timed loop
 
     def read_clocks():

@@ -154,11 +154,17 @@ class Plan:
     profiled: frozenset[Cell] = field(default=frozenset())
     calibrate_quick: bool = False
     import_ssm_scope: str | None = None
+    # decode cells whose cache is random values of the right shapes (a sweep's `cache`)
+    random_cache: frozenset[Cell] = field(default=frozenset())
     # the cells the run's answer rests on, scheduled first (preset key `headline`)
     headline: frozenset[Cell] = field(default=frozenset())
     # finish a stopped run from the records it left (config key `partial`: why it stopped,
     # budget, sigterm or failure; "" for a run that is not being finished)
     partial: str = ""
+
+    def cache_source(self, cell: Cell) -> str:
+        """How ``cell``'s decode cache is made: "random" or "prefill" (see ``Cell``)."""
+        return "random" if cell in self.random_cache else "prefill"
 
     @property
     def headline_pairs(self) -> frozenset[tuple[str, str]]:
@@ -270,6 +276,13 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
             f"config key presets.{name}.timing.timeout_s: {t['timeout_s']} is less than "
             f"min_time_s={t['min_time_s']}"
         )
+    random_cache = frozenset(
+        c
+        for sweep in preset["sweeps"]
+        if sweep.get("cache") == "random"
+        for c in expand_sweep(sweep)
+        if c.phase == "decode"
+    )
     headline = frozenset(
         c for c in cells if any(_selects(s, c) for s in preset.get("headline", ()))
     )
@@ -304,6 +317,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         import_ssm_scope=config.get("import_ssm_scope"),
         precollected_dir=config.get("precollected_dir", "results/precollected"),
         pairs=tuple(sorted({(c.model, verified_backend(c.backend)) for c in cells})),
+        random_cache=random_cache,
         headline=headline,
         partial=_stop_reason(config.get("partial", False)),
     )

@@ -84,7 +84,7 @@ def prewarm(spec_of, cells: Iterable[Cell], verify: dict, budget_s: float) -> di
         try:
             spec = spec_of(c)
             model, x = _model_and_input(spec)
-            work = phase_work(c, model, x)  # prefill and decode: the first call
+            work = phase_work(c, model, x, spec.cache_source)  # prefill and decode: a call
             with torch.inference_mode(not work.train):
                 work.fn()
             if spec.device == "cuda":

@@ -89,6 +89,8 @@ class CellRecord:
     clocks_locked: bool = False  # the run locked the GPU clocks (ssmbench.measure.clocks)
     # attention decode: "in-place" (preallocated KV cache) or "concatenated" (naive loop)
     kv_cache: str = ""
+    # decode: how the cache was made, "prefill" (a forward over T tokens) or "random"
+    cache_source: str = ""
     # where it came from
     verify: dict | None = None
     git_commit: str = ""

@@ -15,6 +15,7 @@ rule bench:
     params:
         run=RUN,
         cell=cell_params,
+        cache_source=cache_source,
         device=PLAN.device,
         size=vars(PLAN.size),
         timing=vars(PLAN.timing),
@@ -42,6 +43,7 @@ rule profile:
     params:
         run=RUN,
         cell=profiled_cell_params,
+        cache_source=cache_source,
         device=PLAN.device,
         size=vars(PLAN.size),
         timing=vars(PLAN.timing),

@@ -119,6 +119,10 @@ def cell_params(wildcards):
     return vars(planned_cell(wildcards))
 
 
+def cache_source(wildcards):
+    return PLAN.cache_source(planned_cell(wildcards))
+
+
 def profiled_cell_params(wildcards):
     cell = planned_cell(wildcards)
     if cell not in PLAN.profiled:

@@ -235,6 +235,16 @@ class AttentionMixer(nn.Module):
         y_t = self.out_proj(y_t.reshape(batch, self.n_heads * self.head_dim))  # (b d_model)
         return y_t, cache
 
+    def random_cache(self, cache: KVCache, seq_len: int, generator: torch.Generator) -> KVCache:
+        """Keys and values of ``seq_len`` tokens, standard normal, shaped and typed as the
+        pair ``cache`` of any prefill: ``(b, seq_len, h, d)`` each."""
+        k = cache[0]
+        b, _, h, d = k.shape
+        return tuple(
+            torch.randn(b, seq_len, h, d, generator=generator, dtype=k.dtype).to(k.device)
+            for _ in range(2)
+        )
+
     def decode_cache(self, cache: KVCache, capacity: int, backend: str) -> KVCache | KVBuffer:
         """The cache :meth:`step` decodes from with ``backend``: the prefill's pair as is
         for the concatenating ``naive`` loop, else in a :class:`KVBuffer` of ``capacity``

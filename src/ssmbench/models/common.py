@@ -188,6 +188,19 @@ class ResidualStack(nn.Module):
             for mixer, cache in zip(self.mixers, caches, strict=True)
         ]
 
+    def random_caches(self, caches: list, seq_len: int, generator: torch.Generator) -> list:
+        """Caches of ``seq_len`` tokens made of random values, shaped as ``caches`` (those
+        of any prefill, however short): a mixer with ``random_cache`` (attention: keys and
+        values for ``seq_len`` tokens) makes its own; any other layer's state, whose shape
+        does not depend on the length, gets standard normal values in every float tensor.
+        A decode step's time depends on its cache's size and layout, not its values."""
+        return [
+            mixer.random_cache(cache, seq_len, generator)
+            if hasattr(mixer, "random_cache")
+            else random_like(cache, generator)
+            for mixer, cache in zip(self.mixers, caches, strict=True)
+        ]
+
     def step(self, x_t: torch.Tensor, caches: list) -> tuple[torch.Tensor, list]:
         """x_t: ``(b, d_model)``, caches from :meth:`forward` or an earlier step (or a
         list of None to start from empty) -> y_t ``(b, d_model)`` and the new caches."""
@@ -197,6 +210,26 @@ class ResidualStack(nn.Module):
             x_t = x_t + y_t
             new_caches.append(cache)
         return self.norm_f(x_t), new_caches
+
+
+def random_like(value, generator: torch.Generator):
+    """``value`` (a tensor, or tuples and lists of them, NamedTuples included) with every
+    floating or complex tensor replaced by standard normal values of its shape, dtype,
+    device and strides (a state kept as a transposed view stays one), drawn from
+    ``generator`` (a CPU generator: the same values on every device)."""
+    if isinstance(value, torch.Tensor):
+        if not (value.is_floating_point() or value.is_complex()):
+            return value
+        drawn = torch.randn(value.shape, generator=generator, dtype=value.dtype)
+        out = torch.empty_strided(
+            value.shape, value.stride(), dtype=value.dtype, device=value.device
+        )
+        return out.copy_(drawn)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple state
+        return type(value)(*(random_like(v, generator) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(random_like(v, generator) for v in value)
+    return value
 
 
 def cumsum(x: torch.Tensor, dim: int) -> torch.Tensor:
