@@ -14,6 +14,7 @@ from ssmbench.measure.ceilings import (
     calibrate,
     datasheet_for,
     datasheet_key,
+    last_level_cache_bytes,
     measure_copy_bandwidth,
     measure_matmul_rate,
     utilization,
@@ -139,9 +140,10 @@ def test_calibrate_quick_cpu(tmp_path):
     expected = {
         "status", "reason", "device", "device_name", "torch", "cuda", "threads",
         "float32_matmul_precision", "quick", "copy", "matmul", "ceilings", "datasheet",
-        "datasheet_reason", "clocks", "started", "ended",
+        "datasheet_reason", "clocks", "llc_bytes", "started", "ended",
     }  # fmt: skip
     assert set(record) == expected
+    assert record["llc_bytes"] == last_level_cache_bytes("cpu")
     assert record["status"] == "ok" and record["device"] == "cpu" and record["quick"] is True
     assert record["device_name"] == cpu_model() and record["threads"] == 1
     assert record["torch"] == torch.__version__

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +107,26 @@ def test_utilization_against_the_calibrated_ceilings():
     assert r.bw_util == pytest.approx(r.bw_gbps / 20.0)
     assert r.compute_util_datasheet == pytest.approx(r.tflops / 2.0)
     assert r.bw_util_datasheet == pytest.approx(r.bw_gbps / 80.0)
+
+
+@pytest.mark.parametrize("llc_bytes, resident", [(1 << 40, True), (1, False), (None, None)])
+def test_a_cell_that_fits_in_the_last_level_cache_is_flagged(llc_bytes, resident):
+    device_info = {"ceilings": {"tflops": {"fp32": 0.5}, "bw_gbps": 20.0}, "llc_bytes": llc_bytes}
+    r = run_cell(spec(), threads=1, device_info=device_info)
+    assert r.status == "ok", r.reason
+    assert r.cache_resident is resident and r.llc_bytes == llc_bytes
+    if resident is not None:  # the flag compares the cell's minimum bytes with the cache
+        assert (r.bytes <= llc_bytes) is resident
+
+
+def test_last_level_cache_sizes_are_read_from_sysfs_units():
+    from ssmbench.measure.ceilings import _sysfs_size, last_level_cache_bytes
+
+    assert _sysfs_size("32768K\n") == 32 << 20 and _sysfs_size("2M") == 2 << 20
+    assert _sysfs_size("512") == 512
+    llc = last_level_cache_bytes("cpu")
+    sysfs = Path("/sys/devices/system/cpu/cpu0/cache")
+    assert (llc is None) == (not sysfs.is_dir()) and (llc is None or llc >= 1 << 20)
 
 
 def test_a_cell_over_its_time_budget_is_a_timeout_with_its_samples():

@@ -260,6 +260,25 @@ def test_utilization_is_plotted_as_the_tables_fraction():
     assert "measured ceiling 40 GB/s" in fig._suptitle.get_text()
 
 
+def test_cells_that_fit_in_the_last_level_cache_are_ringed_on_the_bandwidth_figure(tmp_path):
+    cells = synthetic_cells()
+    mamba_decode = (cells.model == "mamba") & (cells.phase == "decode")
+    cells["cache_resident"] = mamba_decode & (cells.seq_len == cells.seq_len.min())
+    path = tmp_path / "cells.csv"  # through a CSV file: the column comes back as objects
+    cells.to_csv(path, index=False)
+    fig = plots.draw("bandwidth_utilization", pd.read_csv(path), phase="decode")
+    rings = [
+        c for ax in fig.axes for c in ax.collections if c.get_label() == plots.CACHE_RESIDENT_LABEL
+    ]
+    resident = cells[cells.cache_resident & cells.status.eq("ok")]
+    assert sum(len(c.get_offsets()) for c in rings) == len(resident) > 0
+    # a table of a run from before the column (the shipped ones) still draws
+    fig = plots.draw("bandwidth_utilization", synthetic_cells(), phase="decode")
+    assert not any(
+        c.get_label() == plots.CACHE_RESIDENT_LABEL for ax in fig.axes for c in ax.collections
+    )
+
+
 def test_energy_without_any_value_quotes_the_reason():
     fig = plots.draw("energy_per_token", synthetic_cells(energy=False))
     assert len(fig.axes) == 1

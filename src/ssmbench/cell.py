@@ -653,6 +653,12 @@ def _measure_into(
     if device_info:
         from ssmbench.measure.ceilings import utilization
 
+        # a working set (the bytes the cell must move at least) that fits in the last-level
+        # cache may be served from it: bandwidth utilization above 1 is then no error
+        record.llc_bytes = device_info.get("llc_bytes")
+        if record.llc_bytes:
+            record.cache_resident = n.bytes <= record.llc_bytes
+
         ceilings = device_info.get("ceilings") or {}
         record.ceiling_tflops = (ceilings.get("tflops") or {}).get(c.dtype)
         record.ceiling_bw_gbps = ceilings.get("bw_gbps")

@@ -187,7 +187,7 @@ def _with_columns(table: pd.DataFrame, numeric=(), text=()) -> pd.DataFrame:
         out[col] = pd.to_numeric(out[col], errors="coerce") if col in out else np.nan
         out[col] = out[col].astype(float)
     for col in text:
-        out[col] = out[col].fillna("").astype(str) if col in out else ""
+        out[col] = out[col].astype(object).fillna("").astype(str) if col in out else ""
     return out
 
 
@@ -364,6 +364,29 @@ _CELL_NUMERIC = (
 _CELL_TEXT = ("run", "device", "device_name", "reason", "energy_method", "energy_reason")
 
 
+CACHE_RESIDENT_LABEL = "working set fits in the last-level cache (may exceed memory bandwidth)"
+
+
+def _mark_cache_resident(ax, ok: pd.DataFrame, column: str) -> None:
+    """Ring the points of cells flagged ``cache_resident``: their bytes may come from the
+    cache, so a bandwidth utilization above 1 is explained, not a measurement error."""
+    if "cache_resident" not in ok:
+        return
+    resident = ok[ok["cache_resident"].fillna(False).astype(bool) & ok[column].notna()]
+    if resident.empty:
+        return
+    ax.scatter(
+        resident.seq_len,
+        resident[column],
+        s=90,
+        facecolors="none",
+        edgecolors="0.2",
+        linewidths=1.0,
+        zorder=5,
+        label=CACHE_RESIDENT_LABEL,
+    )
+
+
 def _metric_by_phase(
     cells: pd.DataFrame,
     *,
@@ -373,11 +396,13 @@ def _metric_by_phase(
     why_empty: Callable[[pd.DataFrame], str],
     reference: tuple[float, str] | None = None,
     extra: Callable[[pd.DataFrame], str] = lambda data: "",
+    mark_resident: bool = False,
     **filters,
 ) -> plt.Figure:
     """``column`` of ok cells against T, log-log, a line per (model, backend); panels: a
     column per phase, a row per (batch, dtype).  ``why_empty(rows)`` words a panel (or the
-    whole figure) without a single value; ``reference`` is a dashed (y, label) line."""
+    whole figure) without a single value; ``reference`` is a dashed (y, label) line;
+    ``mark_resident`` rings the cells whose working set fits in the last-level cache."""
     wanted = dict(
         phase=filters.get("phase"),
         model=filters.get("models"),
@@ -412,6 +437,8 @@ def _metric_by_phase(
                 summary = _status_summary(panel)
                 _missing(ax, why_empty(panel) + (f" (not ok: {summary})" if summary else ""))
                 continue
+            if mark_resident:
+                _mark_cache_resident(ax, ok, column)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.grid(True, which="both", alpha=0.3)
@@ -453,7 +480,9 @@ def bandwidth_utilization(
 ) -> plt.Figure:
     """Achieved memory bandwidth as a fraction of the run's measured copy bandwidth
     (``bw_util``) against T, log-log, a line per (model, backend), a panel per phase;
-    the dashed line is the measured ceiling.  Cells that did not run are labelled markers."""
+    the dashed line is the measured ceiling.  Cells that did not run are labelled markers;
+    cells whose working set fits in the last-level cache are ringed (``cache_resident``:
+    their bytes may come from the cache, so above 1 is explained)."""
     return _metric_by_phase(
         cells,
         column="bw_util",
@@ -462,6 +491,7 @@ def bandwidth_utilization(
         why_empty=_util_empty("bw_util", "ceiling_bw_gbps"),
         reference=(1.0, "measured ceiling"),
         extra=lambda d: _ceiling_note(d, "ceiling_bw_gbps", "GB/s"),
+        mark_resident=True,
         phase=phase,
         models=models,
         backends=backends,

@@ -66,6 +66,10 @@ class CellRecord:
     bw_util: float | None = None
     compute_util_datasheet: float | None = None
     bw_util_datasheet: float | None = None
+    # the device's last-level cache (device.json) and whether the cell's minimum bytes fit
+    # in it: a cache-resident cell's bandwidth may exceed the memory's
+    llc_bytes: float | None = None
+    cache_resident: bool | None = None
     # memory, bytes: peak = weights + cache + activations (see ssmbench.cell)
     peak_bytes: float | None = None
     weights_bytes: float | None = None

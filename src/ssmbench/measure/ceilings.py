@@ -32,6 +32,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from ssmbench.config import Timing
 from ssmbench.measure.timing import measure
@@ -371,6 +372,37 @@ def _device_name(device: str) -> str:
     return cpu_model()
 
 
+def last_level_cache_bytes(device: str) -> int | None:
+    """The device's last-level cache in bytes, or None where it cannot be read: a GPU's L2
+    (``torch.cuda.get_device_properties``), a CPU's highest cache level of cpu0 in sysfs
+    (``/sys/devices/system/cpu/cpu0/cache/index*/``, e.g. a shared L3)."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) or None
+    best: tuple[int, int] | None = None
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = _sysfs_size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if best is None or level > best[0]:
+            best = (level, size)
+    return None if best is None else best[1]
+
+
+def _sysfs_size(text: str) -> int:
+    """sysfs's cache size ("32768K", "1M", "512") in bytes."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
 def calibrate(
     device: str,
     dtypes: list[str],
@@ -408,6 +440,7 @@ def calibrate(
         "datasheet": None,
         "datasheet_reason": "",
         "clocks": None,
+        "llc_bytes": None,  # the last-level cache (last_level_cache_bytes)
         "started": started,
         "ended": None,
     }
@@ -427,6 +460,7 @@ def calibrate(
         torch.set_num_threads(threads or os.cpu_count() or 1)
     record["threads"] = torch.get_num_threads()
     record["device_name"] = name = _device_name(device)
+    record["llc_bytes"] = last_level_cache_bytes(device)
     clocks_before = _gpu_clocks() if device == "cuda" else None
     try:
         record["copy"] = measure_copy_bandwidth(device, quick=quick)
