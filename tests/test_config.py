@@ -226,3 +226,19 @@ def test_workflow_refuses_bad_config_and_writes_nothing(workflow_copy, args, exp
     )
     assert after == before
     assert not (workflow_copy / "results" / "cpu").exists()
+
+
+def test_a_sweeps_random_cache_applies_to_its_decode_cells_only():
+    c = cfg(preset="ci")
+    c["presets"]["ci"]["sweeps"][1]["cache"] = "random"  # torch decode and train
+    plan = sbconfig.plan(c)
+    assert plan.random_cache and {x.phase for x in plan.random_cache} == {"decode"}
+    decode = {x for x in plan.cells if x.phase == "decode" and x.backend == "torch"}
+    assert plan.random_cache == decode
+    assert {plan.cache_source(x) for x in plan.cells if x.phase != "decode"} == {"prefill"}
+    h200 = sbconfig.plan(cfg(preset="h200"))
+    assert {x.seq_len for x in h200.random_cache} == {65536, 131072}
+    bad = cfg(preset="ci")
+    bad["presets"]["ci"]["sweeps"][1]["cache"] = "zeros"
+    with pytest.raises(sbconfig.ConfigError, match="cache"):
+        sbconfig.plan(bad)
