@@ -63,11 +63,15 @@ TEE_PID=$!
 STOPPED=""      # why the run was stopped early: budget, sigterm
 SNAKE_PID=""
 elapsed() { echo $(( $(date +%s) - START )); }
+# Snakemake runs in a process group of its own (setsid), so that stopping it stops every
+# job it started; without setsid, Snakemake alone is signalled and stops its jobs itself.
+GROUP=""
+command -v setsid >/dev/null && GROUP="-"
 stop_run() {    # stop scheduling: Snakemake and every job it started
     [ -n "$SNAKE_PID" ] && kill -0 "$SNAKE_PID" 2>/dev/null || return 0
-    kill -TERM -- "-$SNAKE_PID" 2>/dev/null
+    kill -TERM -- "$GROUP$SNAKE_PID" 2>/dev/null
     for _ in $(seq 20); do kill -0 "$SNAKE_PID" 2>/dev/null || return 0; sleep 1; done
-    kill -KILL -- "-$SNAKE_PID" 2>/dev/null
+    kill -KILL -- "$GROUP$SNAKE_PID" 2>/dev/null
 }
 on_signal() { STOPPED=${STOPPED:-sigterm}; echo "== $1 after $(elapsed) s: stopping the run"; stop_run; }
 trap 'on_signal SIGTERM' TERM
@@ -76,7 +80,7 @@ trap 'on_signal SIGINT' INT
 # Runs "$@" as its own process group, stopped at the deadline (epoch seconds, or empty).
 run_until() {
     local deadline=$1; shift
-    setsid "$@" &
+    if [ -n "$GROUP" ]; then setsid "$@" & else "$@" & fi
     SNAKE_PID=$!
     while kill -0 "$SNAKE_PID" 2>/dev/null; do
         if [ -n "$deadline" ] && [ "$(date +%s)" -ge "$deadline" ]; then
