@@ -700,6 +700,18 @@ def attention_shape_reason(d: int) -> str:
     return ""
 
 
+def _flash_check(q: torch.Tensor, *others: torch.Tensor) -> None:
+    """BackendUnavailable unless FlashAttention-2 can take these: CUDA tensors, fp16 or
+    bf16, a head dim it supports."""
+    if not all(x.is_cuda for x in (q, *others)):
+        raise BackendUnavailable(FLASH_NEEDS_CUDA)
+    if q.dtype not in _HALF:
+        raise BackendUnavailable(f"{FLASH_DTYPES}, not {q.dtype}")
+    reason = attention_shape_reason(q.shape[-1])
+    if reason:
+        raise BackendUnavailable(reason)
+
+
 def attention_fused(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True
 ) -> torch.Tensor:
@@ -711,13 +723,7 @@ def attention_fused(
     unsupported head dim or GPU, becomes BackendUnavailable).  Both take fp16 and bf16 only.
     With equal lengths of q and k (prefill) both causal masks are the same.
     """
-    if not all(x.is_cuda for x in (q, k, v)):
-        raise BackendUnavailable(FLASH_NEEDS_CUDA)
-    if q.dtype not in _HALF:
-        raise BackendUnavailable(f"{FLASH_DTYPES}, not {q.dtype}")
-    reason = attention_shape_reason(q.shape[-1])
-    if reason:
-        raise BackendUnavailable(reason)
+    _flash_check(q, k, v)
     if _installed("flash_attn"):
         flash_attn = _import("flash_attn", "flash_attn")
         return flash_attn.flash_attn_func(q, k, v, causal=causal)
@@ -747,13 +753,7 @@ def attention_step_fused(
     PyTorch picks its memory-efficient one).  CUDA, fp16 and bf16 only, as
     :func:`attention_fused`.
     """
-    if not all(x.is_cuda for x in (q, k, v, cache.k)):
-        raise BackendUnavailable(FLASH_NEEDS_CUDA)
-    if q.dtype not in _HALF:
-        raise BackendUnavailable(f"{FLASH_DTYPES}, not {q.dtype}")
-    reason = attention_shape_reason(q.shape[-1])
-    if reason:
-        raise BackendUnavailable(reason)
+    _flash_check(q, k, v, cache.k)
     if not _installed("flash_attn"):
         return without_flash(q, k, v, cache)
     flash_attn = _import("flash_attn", "flash_attn")
