@@ -646,6 +646,53 @@ def test_implementation_names(monkeypatch):
     assert fused.delta_rule_impl(torch.bfloat16, gated=True) == "fla.chunk_gated_delta_rule"
 
 
+def test_fused_attention_decode_hands_flash_attn_its_kvcache_contract(monkeypatch):
+    """The fused decode step through a stand-in of ``flash_attn.flash_attn_with_kvcache``
+    (the smallest surface: one function, checked against FlashAttention's documented
+    contract, then the same in-place write and attention in PyTorch): the wrapper passes
+    (b, 1, h, d) tokens, the buffers as they are and the position as int32 per sequence,
+    and the step equals the torch step's."""
+    from types import SimpleNamespace
+
+    from ssmbench import ops
+    from ssmbench.models.attention import attention_step_torch, kv_buffer
+
+    calls = []
+
+    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None):
+        b, _, h, d = q.shape
+        assert q.shape == k.shape == v.shape == (b, 1, h, d)
+        assert k_cache.shape[0] == b and k_cache.shape[2:] == (h, d)
+        assert cache_seqlens.dtype == torch.int32 and cache_seqlens.shape == (b,)
+        calls.append(int(cache_seqlens[0]))
+        cache = SimpleNamespace(k=k_cache, v=v_cache, capacity=k_cache.shape[1],
+                                position=cache_seqlens[:1].long())  # fmt: skip
+        return attention_step_torch(q[:, 0], k[:, 0], v[:, 0], cache)[:, None]
+
+    monkeypatch.setattr(fused, "_flash_check", lambda *tensors: None)  # no CUDA here
+    monkeypatch.setattr(fused, "_installed", lambda package: True)
+    monkeypatch.setattr(
+        fused, "_import", lambda module, package: SimpleNamespace(
+            flash_attn_with_kvcache=flash_attn_with_kvcache
+        )
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(3)
+    b, T, h, d = 2, 9, 3, 16
+    q, k, v = (torch.randn(b, T + 1, h, d, generator=g) for _ in range(3))
+    caches = {
+        backend: kv_buffer((k[:, :T], v[:, :T]), T + 1, like=k[:, 0])
+        for backend in ("torch", "fused")
+    }
+    out = {
+        backend: ops.attention_step(q[:, T], k[:, T], v[:, T], cache, backend=backend)
+        for backend, cache in caches.items()
+    }
+    assert calls == [T]
+    np.testing.assert_allclose(out["fused"][0], out["torch"][0], rtol=1e-6, atol=1e-6)
+    assert torch.equal(caches["fused"].k, caches["torch"].k)  # written in place alike
+    assert out["fused"][1].length == T + 1 and int(out["fused"][1].position) == T + 1
+
+
 # --- GPU only ------------------------------------------------------------------------------
 
 GPU_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
