@@ -154,6 +154,14 @@ def test_graph_backends_are_verified_through_their_base():
     plan = _rehearsal_plan()
     assert ("mamba2", "fused") in plan.pairs
     assert not any(b.endswith("-graph") for _, b in plan.pairs)
+    # the base's verification covers the graph cells' dtypes too
+    raw = config.load(overrides={"preset": RUN})
+    raw["presets"][RUN] = {**REHEARSAL, "sweeps": REHEARSAL["sweeps"] + [
+        {"models": ["mamba2"], "backends": ["fused-graph"], "phases": ["decode"],
+         "batch": [1], "seq_len": [32], "d_state": [4], "dtype": ["fp16"]}]}  # fmt: skip
+    wider = config.plan(raw)
+    assert wider.verify_dtypes("mamba2", "fused") == ["bf16", "fp16"]
+    assert wider.verify_dtypes("mamba2", "torch") == ["bf16"]
 
 
 def _lease_script(wf: Path, dest: Path, *args: str) -> subprocess.Popen:

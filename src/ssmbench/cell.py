@@ -383,7 +383,9 @@ def _set_threads(threads: int | None) -> int:
 
 
 def _model_and_input(spec: CellSpec):
-    """The cell's model (weights from the seed) and its input ``x (b, t, d_model)``."""
+    """The cell's model (weights from the seed) and its input ``x (b, t, d_model)``; a
+    decode cell with a random cache needs only its short prefix and one token, so its x
+    holds RANDOM_CACHE_PREFIX + 1 tokens, not T (a 131072-token input is GBs)."""
     import torch
 
     from ssmbench.models import DTYPES, GRAPH_BACKENDS, build_model
@@ -400,7 +402,10 @@ def _model_and_input(spec: CellSpec):
         seed=spec.seed,
     )
     generator = torch.Generator(device="cpu").manual_seed(spec.seed)
-    x = torch.randn(c.batch, c.seq_len, spec.size.d_model, generator=generator)
+    tokens = c.seq_len
+    if c.phase == "decode" and spec.cache_source == "random":
+        tokens = min(c.seq_len, RANDOM_CACHE_PREFIX + 1)
+    x = torch.randn(c.batch, tokens, spec.size.d_model, generator=generator)
     return model, x.to(device=spec.device, dtype=dtype)
 
 

@@ -162,6 +162,14 @@ class Plan:
     # budget, sigterm or failure; "" for a run that is not being finished)
     partial: str = ""
 
+    def verify_dtypes(self, model: str, backend: str) -> list[str]:
+        """The dtypes the verification of (model, backend) checks: those of its cells and
+        of the cells of the graph backend that reuses it."""
+        pair = (model, backend)
+        return sorted(
+            {c.dtype for c in self.cells if (c.model, verified_backend(c.backend)) == pair}
+        )
+
     def cache_source(self, cell: Cell) -> str:
         """How ``cell``'s decode cache is made: "random" or "prefill" (see ``Cell``)."""
         return "random" if cell in self.random_cache else "prefill"

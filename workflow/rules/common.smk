@@ -184,8 +184,7 @@ def bench_priority(wildcards):
 
 
 def run_dtypes(wildcards):
-    pair = (wildcards.model, wildcards.backend)
-    return sorted({c.dtype for c in PLAN.cells if (c.model, c.backend) == pair})
+    return PLAN.verify_dtypes(wildcards.model, wildcards.backend)
 
 
 def finished(files):
