@@ -1,4 +1,5 @@
-"""Rule aggregate: a run's records -> cells.csv/.parquet, samples.parquet, verify.csv.
+"""Rule aggregate: a run's records -> cells.csv/.parquet, samples.parquet, paired.csv,
+verify.csv, ops.csv, claims.csv.
 
 With ``partial=True`` (finishing a stopped run, ssmbench.finish) the planned cells that
 left no finished record are rows too: not_run, or failed when their job started."""
@@ -6,7 +7,7 @@ left no finished record are rows too: not_run, or failed when their job started.
 import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.config import Cell
-from ssmbench.finish import unfinished_records
+from ssmbench.finish import unfinished_paired, unfinished_records
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
 from ssmbench.tables import aggregate, write_tables
@@ -16,8 +17,18 @@ with logged(snakemake):
     run, p = snakemake.wildcards.run, snakemake.params
     planned = [Cell(**c) for c in p.planned]
     extra = unfinished_records(run, planned, snakemake.input.cells, p.size, p.device, p.stopped)
+    planned_paired = [Cell(**c) for c in p.planned_paired]
+    paired_extra = unfinished_paired(
+        run, planned_paired, snakemake.input.paired, p.size, p.device, p.stopped
+    )
     tables = aggregate(
-        snakemake.input.cells, snakemake.input.verify, run, snakemake.input.ops, extra
+        snakemake.input.cells,
+        snakemake.input.verify,
+        run,
+        snakemake.input.ops,
+        extra,
+        paired_paths=snakemake.input.paired,
+        paired_extra=paired_extra,
     )
     outputs = {name: path for name, path in snakemake.output.items() if name != "prov"}
     write_tables(tables, {path.rsplit("/", 1)[1]: path for path in outputs.values()})

@@ -1,23 +1,25 @@
 """Rule figure_table: the cells (or operator profiles) one figure needs, as a table of its
-own."""
+own; a figure of one of the run's own tables (claims, go/no-go, speed-ups) gets a copy."""
 
 import shutil
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
+from ssmbench.config import RUN_TABLES
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
-from ssmbench.tables import aggregate, ops_table, write_tables
+from ssmbench.records import read_record
+from ssmbench.tables import cells_table, ops_table, write_tables
 
 with logged(snakemake):
     started = now()
     out = snakemake.output.table
-    if snakemake.params.table == "claims":  # already a table: copied, so the figure reads one
-        (claims_csv,) = snakemake.input.cells
-        shutil.copyfile(claims_csv, out)
+    if snakemake.params.table in RUN_TABLES:  # already a table: copied, the figure reads one
+        (table_csv,) = snakemake.input.cells
+        shutil.copyfile(table_csv, out)
     elif snakemake.params.table == "ops":
         write_tables({"ops": ops_table(snakemake.input.cells)}, {"ops.csv": out})
     else:
-        tables = aggregate(snakemake.input.cells, [], snakemake.wildcards.run)
-        write_tables(tables, {"cells.csv": out})
+        cells = cells_table(read_record(p) for p in snakemake.input.cells)
+        write_tables({"cells": cells}, {"cells.csv": out})
     from_snakemake(snakemake, outputs=[out], started=started)

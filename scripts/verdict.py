@@ -1,11 +1,13 @@
 """Rule verdict: a short verdict for the report, every sentence read off the run's tables.
 
 It says how the cells ended (counts per status); the go/no-go answer per phase at the
-longest length where attention and SSMs both ran (attention's FLOPs and time over each
-SSM's, strongest backends only: ssmbench.plots.go_no_go_table); which backend was fastest
-for each family at the longest length that family ran, per phase; and how the published
-claims fared.  Written as reStructuredText: the report shows it on its landing page and as
-the caption of the claims table.  Beside it, tables/go_no_go.csv: the go/no-go table itself.
+longest length where attention and SSMs both ran (attention's time over each SSM's with
+its 95% interval, paired where the run has paired cells, and whether that interval says
+the SSM is faster, attention is, or neither: ssmbench.analysis.go_no_go_table); which
+backend was fastest for each family at the longest length that family ran, per phase;
+and how the published claims fared.  Written as reStructuredText: the report shows it on
+its landing page and as the caption of the claims table.  Beside it, tables/go_no_go.csv
+(the go/no-go table itself) and tables/speedups.csv (eager over CUDA-graph decode).
 """
 
 import pandas as pd
@@ -67,16 +69,45 @@ def _span(values: pd.Series, fmt: str = "{:.2f}") -> str:
     return low if low == high else f"{low}-{high}"
 
 
-def go_no_go_sentences(cells: pd.DataFrame) -> list[str]:
-    """Per phase, at the longest T where attention and at least one SSM ran: attention's
-    FLOPs and latency over the SSMs' (each side's strongest backend), and how much of the
-    FLOP saving became speed (latency ratio / FLOP ratio)."""
-    from ssmbench.plots import go_no_go_table
+def _interval(row) -> str:
+    """ "2.73x (95% CI 2.61-2.85, paired)", or the point alone without an interval."""
+    text = f"{row.latency_ratio:.2f}x"
+    if pd.notna(row.latency_lo) and pd.notna(row.latency_hi):
+        source = "paired" if row.interval == "paired" else "separate cells"
+        text += f" (95% CI {row.latency_lo:.2f}-{row.latency_hi:.2f}, {source})"
+    return text
 
-    table = go_no_go_table(cells)
+
+def _precision(rows: pd.DataFrame) -> str:
+    """What the rows' compute precisions say, where the two sides' differ ("" if alike)."""
+    if "attention_compute_dtype" not in rows:
+        return ""
+    a, s = (
+        rows[c].fillna("").astype(str) for c in ("attention_compute_dtype", "ssm_compute_dtype")
+    )
+    differ = rows[(a != s) & (a != "") & (s != "")]
+    if differ.empty:
+        return ""
+    parts = sorted(
+        {
+            f"{r.ssm}: attention computes in {r.attention_compute_dtype}, "
+            f"the SSM in {r.ssm_compute_dtype}"
+            for r in differ.itertuples()
+        }
+    )
+    return " Not like for like in precision: " + "; ".join(parts) + "."
+
+
+def go_no_go_sentences(table: pd.DataFrame) -> list[str]:
+    """Per phase, at the smallest batch and the longest T where attention and at least one
+    SSM ran: attention's latency over each SSM's with its 95% interval (paired where the
+    run has paired cells), its FLOP ratio, and the answer each interval supports: the SSM
+    faster, attention faster, or inconclusive when the interval holds 1.  Then one line per
+    phase listing every length whose answer is inconclusive."""
     sentences = []
     for phase in [p for p in PHASES if p in set(table.phase)]:
         rows = table[table.phase == phase]
+        rows = rows[rows.batch == rows.batch.min()]
         rows = rows[rows.seq_len == rows.seq_len.max()]
         backends = ", ".join(
             sorted(
@@ -86,18 +117,30 @@ def go_no_go_sentences(cells: pd.DataFrame) -> list[str]:
                 }
             )
         )
+        parts = []
+        for r in rows.itertuples():
+            part = f"{r.ssm} {_interval(r)}"
+            if pd.notna(r.flop_ratio) and r.flop_ratio > 0:
+                part += f" for {r.flop_ratio:.2f}x the FLOPs"
+            if r.answer:
+                part += f": {r.answer}"
+            parts.append(part)
         text = (
-            f"Go/no-go, {phase} at T = {int(rows.seq_len.iloc[0])} ({backends}): attention "
-            f"takes {_span(rows.latency_ratio)}x the time of each SSM"
+            f"Go/no-go, {phase} at T = {int(rows.seq_len.iloc[0])}, batch "
+            f"{int(rows.batch.iloc[0])} ({backends}): attention over each SSM, "
+            + "; ".join(parts)
+            + "."
         )
-        flops = rows[rows.flop_ratio.notna() & (rows.flop_ratio > 0)]
-        if not flops.empty:
-            converted = flops.latency_ratio / flops.flop_ratio
-            text += (
-                f" for {_span(flops.flop_ratio)}x the FLOPs; latency ratio over FLOP ratio "
-                f"{_span(converted)} (1.00 would turn the SSMs' FLOP saving fully into speed)"
+        sentences.append(text + _precision(rows))
+        open_points = table[(table.phase == phase) & (table.answer == "inconclusive")]
+        if not open_points.empty:
+            listed = ", ".join(
+                f"{r.ssm} at T = {int(r.seq_len)} (batch {int(r.batch)})"
+                for r in open_points.itertuples()
             )
-        sentences.append(text + ".")
+            sentences.append(
+                f"Inconclusive in {phase} (the 95% interval holds 1, no answer): {listed}."
+            )
     return sentences
 
 
@@ -111,9 +154,10 @@ def claims_sentence(claims: pd.DataFrame) -> str:
     )
 
 
-def verdict_rst(cells: pd.DataFrame, claims: pd.DataFrame) -> str:
-    """The verdict as reStructuredText: the status sentence, then a bullet per finding."""
-    points = [*go_no_go_sentences(cells), *fastest_sentences(cells), claims_sentence(claims)]
+def verdict_rst(cells: pd.DataFrame, claims: pd.DataFrame, go_no_go: pd.DataFrame) -> str:
+    """The verdict as reStructuredText: the status sentence, then a bullet per finding;
+    ``go_no_go`` is the go/no-go table (ssmbench.analysis.go_no_go_table)."""
+    points = [*go_no_go_sentences(go_no_go), *fastest_sentences(cells), claims_sentence(claims)]
     return status_sentence(cells) + "\n\n" + "".join(f"- {p}\n" for p in points)
 
 
@@ -125,13 +169,18 @@ if "snakemake" in globals():  # run by the rule; importable by the tests
 
     with logged(snakemake):  # noqa: F821
         started = now()
-        cells = pd.read_csv(snakemake.input.cells)  # noqa: F821
-        claims = pd.read_csv(snakemake.input.claims)  # noqa: F821
-        out = snakemake.output.rst  # noqa: F821
-        with open(out, "w") as f:
-            f.write(verdict_rst(cells, claims))
-        from ssmbench.plots import go_no_go_table
+        from ssmbench.analysis import go_no_go_table, speedups_table
+        from ssmbench.tables import read_cells, read_paired_table
 
-        table = snakemake.output.go_no_go  # noqa: F821
-        go_no_go_table(cells).to_csv(table, index=False, float_format="%.4g")
-        from_snakemake(snakemake, outputs=[out, table], started=started)  # noqa: F821
+        cells = read_cells(snakemake.input.cells)  # noqa: F821
+        samples = pd.read_parquet(snakemake.input.samples)  # noqa: F821
+        paired = read_paired_table(snakemake.input.paired)  # noqa: F821
+        claims = pd.read_csv(snakemake.input.claims)  # noqa: F821
+        out = snakemake.output  # noqa: F821
+        table = go_no_go_table(cells, samples=samples, paired=paired)
+        table.to_csv(out.go_no_go, index=False, float_format="%.4g")
+        speedups_table(cells, samples).to_csv(out.speedups, index=False, float_format="%.4g")
+        with open(out.rst, "w") as f:
+            f.write(verdict_rst(cells, claims, table))
+        outputs = [out.rst, out.go_no_go, out.speedups]
+        from_snakemake(snakemake, outputs=outputs, started=started)  # noqa: F821

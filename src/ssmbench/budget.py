@@ -151,6 +151,17 @@ def cell_seconds(plan: Plan, c: Cell, costs: Costs) -> float:
     return seconds
 
 
+def paired_seconds(plan: Plan, costs: Costs) -> float:
+    """A paired cell's estimate: start-up, two builds, the warm-up of both, and the pair's
+    sampling budget (``paired_timing.max_time_s`` holds both sides' rounds)."""
+    t = plan.paired_timing
+    seconds = costs.start_s + costs.cuda_init_s + 2 * costs.build_s + 2 * t.warmup_s
+    seconds += t.max_time_s
+    if t.timeout_s is not None:
+        seconds = min(seconds, costs.start_s + costs.cuda_init_s + t.timeout_s)
+    return seconds
+
+
 def jobs(plan: Plan) -> list[Job]:
     """Every job of ``plan`` with its estimated seconds, in the order the run schedules
     them (calibration, then verification, prewarming and cells, headline first)."""
@@ -174,6 +185,9 @@ def jobs(plan: Plan) -> list[Job]:
     for c in sorted(plan.cells, key=lambda c: (c not in plan.headline, c)):
         name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
         out.append(Job("bench", name, cell_seconds(plan, c, costs)))
+    for c in plan.paired:
+        name = f"{c.model}~attention/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
+        out.append(Job("paired", name, paired_seconds(plan, costs)))
     for c in sorted(plan.profiled):
         name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
         seconds = boot + costs.build_s + costs.profile_s

@@ -36,6 +36,12 @@ def verified_backend(backend: str) -> str:
     return GRAPH_BACKENDS.get(backend, backend)
 
 
+def paired_attention(cell: Cell) -> Cell:
+    """The attention side of the paired cell whose SSM side is ``cell``: the same backend,
+    phase, batch, T and dtype (attention has no state size: n0)."""
+    return Cell("attention", cell.backend, cell.phase, cell.batch, cell.seq_len, 0, cell.dtype)
+
+
 class ConfigError(ValueError):
     """A config the workflow refuses to run; the message names the key and the value."""
 
@@ -110,7 +116,14 @@ class Cell:
 
 
 # The table a figure is drawn from, when not the cells table.
-FIGURE_TABLES = {"op_breakdown": "ops", "claims": "claims"}
+FIGURE_TABLES = {
+    "op_breakdown": "ops",
+    "claims": "claims",
+    "go_no_go": "go_no_go",  # the verdict's go/no-go table, with its intervals
+    "decode_graph_speedup": "speedups",  # the verdict's speed-ups table, likewise
+}
+# the tables a figure copies as they are, made by the aggregate or verdict rule
+RUN_TABLES = ("claims", "go_no_go", "speedups")
 
 
 @dataclass(frozen=True)
@@ -122,7 +135,7 @@ class FigureSpec:
 
     @property
     def table(self) -> str:
-        """``"cells"`` or ``"ops"``: the table the figure reads."""
+        """The table the figure reads: ``"cells"``, ``"ops"`` or one of RUN_TABLES."""
         return FIGURE_TABLES.get(self.name, "cells")
 
     def selects(self, cell: Cell) -> bool:
@@ -161,17 +174,21 @@ class Plan:
     # finish a stopped run from the records it left (config key `partial`: why it stopped,
     # budget, sigterm or failure; "" for a run that is not being finished)
     partial: str = ""
+    # the SSM sides of the paired cells (preset key `paired`, ssmbench.paired): each is
+    # timed against attention at the same axes, in one job, under `paired_timing`
+    paired: tuple[Cell, ...] = field(default=())
+    paired_timing: Timing | None = None
 
     def verify_dtypes(self, model: str, backend: str) -> list[str]:
         """The dtypes the verification of (model, backend) checks: those of its cells and
         of the cells of the graph backend that reuses it."""
         pair = (model, backend)
-        return sorted(
-            {c.dtype for c in self.cells if (c.model, verified_backend(c.backend)) == pair}
-        )
+        cells = [*self.cells, *self.paired, *map(paired_attention, self.paired)]
+        return sorted({c.dtype for c in cells if (c.model, verified_backend(c.backend)) == pair})
 
     def cache_source(self, cell: Cell) -> str:
-        """How ``cell``'s decode cache is made: "random" or "prefill" (see ``Cell``)."""
+        """How ``cell``'s decode cache is made: "random" or "prefill" (see ``Cell``); a
+        paired cell's attention side makes its cache as its SSM side does."""
         return "random" if cell in self.random_cache else "prefill"
 
     @property
@@ -294,6 +311,21 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     headline = frozenset(
         c for c in cells if any(_selects(s, c) for s in preset.get("headline", ()))
     )
+    paired, paired_timing = _paired(name, preset)
+    random_cache |= frozenset(
+        side
+        for sweep in preset.get("paired", {}).get("sweeps", ())
+        if sweep.get("cache") == "random"
+        for c in expand_sweep(sweep)
+        if c.phase == "decode"
+        for side in (c, paired_attention(c))
+    )
+    verified = {(c.model, verified_backend(c.backend)) for c in cells}
+    verified |= {
+        (side.model, verified_backend(side.backend))
+        for c in paired
+        for side in (c, paired_attention(c))
+    }
     figures = {
         fig: FigureSpec(
             fig,
@@ -324,11 +356,38 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         calibrate_quick=preset.get("calibrate_quick", False),
         import_ssm_scope=config.get("import_ssm_scope"),
         precollected_dir=config.get("precollected_dir", "results/precollected"),
-        pairs=tuple(sorted({(c.model, verified_backend(c.backend)) for c in cells})),
+        pairs=tuple(sorted(verified)),
         random_cache=random_cache,
         headline=headline,
         partial=_stop_reason(config.get("partial", False)),
+        paired=paired,
+        paired_timing=paired_timing,
     )
+
+
+def _paired(name: str, preset: dict) -> tuple[tuple[Cell, ...], Timing | None]:
+    """The SSM sides of preset ``name``'s paired cells and their timing (the preset's,
+    with the overrides of ``paired.timing``)."""
+    spec = preset.get("paired")
+    if not spec:
+        return (), None
+    cells = sorted({c for sweep in spec["sweeps"] for c in expand_sweep(sweep)})
+    for i, sweep in enumerate(spec["sweeps"]):
+        where = f"config key presets.{name}.paired.sweeps[{i}]"
+        if "attention" in sweep["models"]:
+            raise ConfigError(
+                f"{where}.models: attention is the other side of every paired cell; list "
+                "the SSM families to pair with it"
+            )
+        if sweep.get("profile"):
+            raise ConfigError(f"{where}.profile: a paired cell is not profiled")
+    timing = {**preset["timing"], **spec.get("timing", {})}
+    if timing["max_samples"] < timing["min_samples"]:
+        raise ConfigError(
+            f"config key presets.{name}.paired.timing.max_samples: {timing['max_samples']} "
+            f"is less than min_samples={timing['min_samples']}"
+        )
+    return tuple(cells), Timing(**timing)
 
 
 def _stop_reason(partial: bool | str) -> str:

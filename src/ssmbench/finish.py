@@ -59,3 +59,36 @@ def unfinished_records(
             )
         )
     return records
+
+
+def unfinished_paired(
+    run: str,
+    planned: Iterable[Cell],
+    finished: Iterable[str],
+    size: dict,
+    device: str,
+    stopped: str = "budget",
+):
+    """A paired record (``ssmbench.paired``) for each planned paired cell (its SSM side)
+    whose record path is not among ``finished``: not_run, or failed when its job started."""
+    from ssmbench.paired import PairedRecord
+
+    done = {os.path.normpath(p) for p in finished}
+    records = []
+    for c in planned:
+        if os.path.normpath(paths.paired_record(run, c)) in done:
+            continue
+        log = paths.paired_log(run, c)
+        if os.path.exists(log):
+            status = "failed"
+            reason = (
+                f"its job left no finished record (crashed, or killed when the run stopped): {log}"
+            )
+        else:
+            status, reason = "not_run", NOT_REACHED[stopped]
+        records.append(
+            PairedRecord(
+                run=run, **vars(c), device=device, size=dict(size), status=status, reason=reason
+            )
+        )
+    return records

@@ -14,6 +14,10 @@ PROFILE = "results/{run}/profile/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n
 OPS = PROFILE + ".ops.csv"
 TRACE = PROFILE + ".trace.json.gz"
 BENCH_LOG = "logs/{run}/bench/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log"
+# a paired cell (ssmbench.paired): its SSM side's axes; attention is the other side
+_AXES = "{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}"
+PAIRED = "results/{run}/paired/" + _AXES + ".json"
+PAIRED_LOG = "logs/{run}/paired/" + _AXES + ".log"
 DEVICE = "results/{run}/device.json"
 PREWARM = "results/{run}/prewarm/{model}/{backend}-{dtype}.json"
 # caches a run's jobs share (Triton's kernels and autotuning results): not results
@@ -25,7 +29,15 @@ PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
 IMPORTED_TABLE = "results/imported/{run}/tables/{table}"
 
 # The tables `aggregate` writes, in DESIGN.md's names.
-TABLES = ("cells.csv", "cells.parquet", "samples.parquet", "verify.csv", "ops.csv", "claims.csv")
+TABLES = (
+    "cells.csv",
+    "cells.parquet",
+    "samples.parquet",
+    "paired.csv",
+    "verify.csv",
+    "ops.csv",
+    "claims.csv",
+)
 FIGURE_EXTS = ("pdf", "png", "ipynb")
 
 PROV_SUFFIX = ".prov.json"
@@ -56,6 +68,15 @@ def _cell_path(pattern: str, run: str, cell) -> str:
         d_state=cell.d_state,
         dtype=cell.dtype,
     )
+
+
+def paired_record(run: str, cell) -> str:
+    """The record of the paired cell whose SSM side is ``cell``."""
+    return _cell_path(PAIRED, run, cell)
+
+
+def paired_log(run: str, cell) -> str:
+    return _cell_path(PAIRED_LOG, run, cell)
 
 
 def bench_log(run: str, cell) -> str:

@@ -21,6 +21,15 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from ssmbench.analysis import (  # noqa: E402, F401  (names the figures and notebooks use)
+    BACKEND_TIERS,
+    GRAPH_PAIRS,
+    GRAPH_TARGET,
+    SSM_FAMILIES,
+    go_no_go_table,
+    graph_speedups,
+    speedups_table,
+)
 from ssmbench.tables import family_of  # noqa: E402
 
 FAMILY_COLORS = {
@@ -979,75 +988,75 @@ def efficiency_sweep(
 # ---------------------------------------------------------------------------------------
 # CUDA-graph decode.
 
-GRAPH_PAIRS = (("torch", "torch-graph"), ("fused", "fused-graph"))  # (eager, graph)
-GRAPH_TARGET = 3.0  # issue 5: graph replay at least 3x faster than the eager step
-
-
-def graph_speedups(cells: pd.DataFrame, batch: int = 1) -> pd.DataFrame:
-    """Eager over graph decode latency per (model, eager backend, T) at ``batch``: columns
-    model, eager, graph, seq_len, eager_ms, graph_ms, speedup.  Only pairs where both
-    cells are ok."""
-    data = _filter(cells, phase="decode", batch=batch)
-    data = data[data.status == "ok"].set_index(["model", "backend", "seq_len"]).time_ms_median
-    rows = []
-    for eager, graph in GRAPH_PAIRS:
-        for (model, backend, seq_len), eager_ms in data.items():
-            graph_ms = data.get((model, graph, seq_len))
-            if backend == eager and graph_ms is not None:
-                rows.append((model, eager, graph, seq_len, eager_ms, graph_ms, eager_ms / graph_ms))
-    columns = ["model", "eager", "graph", "seq_len", "eager_ms", "graph_ms", "speedup"]
-    return pd.DataFrame(rows, columns=columns)
-
 
 def decode_graph_speedup(
-    cells: pd.DataFrame,
+    table: pd.DataFrame,
     models: Sequence[str] | None = None,
     batch: int = 1,
     phase: str | None = None,
     backends: Sequence[str] | None = None,
 ) -> plt.Figure:
     """Decode-step latency of the eager step over its CUDA-graph replay, against the
-    context length T, one line per family; a panel per pair (torch / torch-graph, fused /
-    fused-graph); the dashed line is the 3x target.  Graph cells that did not run (every
-    one on a CPU) are labelled markers at the foot of the panel.  ``phase`` and
-    ``backends`` are accepted for a uniform notebook interface and ignored."""
+    context length T, one line per family with its 95% interval as error bars, from the
+    speed-ups table (:func:`ssmbench.analysis.speedups_table`); a panel per pair (torch /
+    torch-graph, fused / fused-graph); the dashed line is the 3x target.  Graph cells that
+    did not run (every one on a CPU) are labelled markers at the foot of the panel.
+    ``phase`` and ``backends`` are accepted for a uniform notebook interface and ignored."""
     title = f"Decode: eager step / CUDA-graph replay, batch {batch}"
     data = _with_columns(
-        _filter(cells, phase="decode", model=models, batch=batch), _CELL_NUMERIC, _CELL_TEXT
+        _filter(table, model=models, batch=batch),
+        ("eager_ms", "graph_ms", "speedup", "speedup_lo", "speedup_hi"),
+        ("run", "reason"),
     )
     if data.empty:
-        return _empty_figure(title, _none_found("decode cells", model=models, batch=batch), cells)
-    speedups = graph_speedups(data, batch)
+        return _empty_figure(
+            title, _none_found("CUDA-graph decode cells", model=models, batch=batch), table
+        )
     fig, axes = plt.subplots(
         1, len(GRAPH_PAIRS), figsize=(6.0 * len(GRAPH_PAIRS), 4.2), squeeze=False
     )
     for ax, (eager, graph) in zip(axes[0], GRAPH_PAIRS, strict=True):
         ax.set_title(f"{eager} / {graph}", fontsize=9)
-        pairs = speedups[speedups.eager == eager]
-        graph_rows = data[data.backend == graph]
+        rows = data[data.graph == graph]
+        pairs = rows[(rows.status == "ok") & rows.speedup.notna()]
+        not_ok = rows[rows.status != "ok"]
         if pairs.empty:
-            summary = _status_summary(graph_rows)
+            summary = _status_summary(rows)
             _missing(
                 ax,
                 f"no ok {graph} decode cells with an ok {eager} twin"
                 + (f" ({summary})" if summary else ""),
             )
-            _mark_not_ok(ax, graph_rows, floor=0.5)
+            _mark_not_ok(ax, not_ok, floor=0.5)
             continue
         for model, line in pairs.groupby("model", sort=True):
             line = line.sort_values("seq_len")
-            ax.plot(line.seq_len, line.speedup, label=model, **_line_style(model, graph))
+            style = _line_style(model, graph)
+            ax.plot(line.seq_len, line.speedup, label=model, **style)
+            _error_bars(ax, line.seq_len, line.speedup, line.speedup_lo, line.speedup_hi, style)
         ax.axhline(GRAPH_TARGET, color="0.4", linestyle="--", linewidth=1, label="3x target")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("cached tokens T")
-        ax.set_ylabel("eager / graph latency")
+        ax.set_ylabel("eager / graph latency (95% interval)")
         ax.grid(True, which="both", alpha=0.3)
-        _mark_not_ok(ax, graph_rows, floor=ax.get_ylim()[0])
-    _title(fig, title, data)
+        _mark_not_ok(ax, not_ok, floor=ax.get_ylim()[0])
+    fig.suptitle(f"{title}\n{_caption(data)}", fontsize=10)
     _figure_legend(fig)
     fig.tight_layout()
     return fig
+
+
+def _error_bars(ax: plt.Axes, x, y, low, high, style: dict) -> None:
+    """Error bars from ``low`` to ``high`` around ``y`` where both ends are known."""
+    known = low.notna() & high.notna()
+    if not known.any():
+        return
+    y, low, high = y[known], low[known], high[known]
+    err = np.vstack([(y - low).clip(lower=0), (high - y).clip(lower=0)])
+    ax.errorbar(
+        x[known], y, yerr=err, fmt="none", ecolor=style.get("color", "black"), capsize=3, lw=1
+    )
 
 
 FIGURES = {
@@ -1359,79 +1368,34 @@ FIGURES["throughput"] = throughput
 # ---------------------------------------------------------------------------------------
 # Go / no-go: attention against each SSM, strongest backend against strongest backend.
 
-# How tuned a backend is.  A side is compared at the highest tier both sides reached, so a
-# naive loop is never set against a fused kernel.
-BACKEND_TIERS = {
-    "naive": 0,
-    "torch": 1,
-    "compile": 1,
-    "torch-graph": 1,
-    "fused": 2,
-    "fused-graph": 2,
-}
-SSM_FAMILIES = ("s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid")
-
-
-def go_no_go_table(cells: pd.DataFrame, batch: int | None = None) -> pd.DataFrame:
-    """Per (phase, T, SSM family): attention's FLOPs, latency and energy over the SSM's,
-    each side at its fastest ok backend within the highest tier both reached (see
-    BACKEND_TIERS), the backends named.  A ratio above 1 means attention does more work,
-    takes longer, or spends more energy.  Columns: phase, seq_len, ssm, attention_backend,
-    ssm_backend, tier, flop_ratio, latency_ratio, energy_ratio (empty without energy)."""
-    data = _with_columns(cells, _CELL_NUMERIC, _CELL_TEXT)
-    data = data[(data.status == "ok") & data.backend.isin(list(BACKEND_TIERS))]
-    data = _one_setting(data, batch, None)
-    data = data.assign(tier=data.backend.map(BACKEND_TIERS), family=family_of(data))
-    rows = []
-    for (phase, seq_len), point in data.groupby(["phase", "seq_len"], sort=True):
-        attention = point[point.family == "attention"]
-        if attention.empty:
-            continue
-        for ssm in SSM_FAMILIES:
-            other = point[point.family == ssm]
-            if other.empty:
-                continue
-            tier = min(attention.tier.max(), other.tier.max())
-            a = attention[attention.tier == tier].nsmallest(1, "time_ms_median").iloc[0]
-            s = other[other.tier == tier].nsmallest(1, "time_ms_median").iloc[0]
-            energy = a.energy_j / s.energy_j if s.energy_j and not pd.isna(s.energy_j) else None
-            rows.append(
-                dict(
-                    phase=phase,
-                    seq_len=int(seq_len),
-                    ssm=ssm,
-                    attention_backend=a.backend,
-                    ssm_backend=s.backend,
-                    tier=int(tier),
-                    flop_ratio=a.flop / s.flop if s.flop else None,
-                    latency_ratio=a.time_ms_median / s.time_ms_median,
-                    energy_ratio=energy,
-                )
-            )
-    columns = ["phase", "seq_len", "ssm", "attention_backend", "ssm_backend", "tier"]
-    return pd.DataFrame(rows, columns=columns + ["flop_ratio", "latency_ratio", "energy_ratio"])
-
 
 def go_no_go(
-    cells: pd.DataFrame,
+    table: pd.DataFrame,
     models: Sequence[str] | None = None,
     batch: int | None = None,
     phase: str | None = None,
     backends: Sequence[str] | None = None,
 ) -> plt.Figure:
     """Attention over each SSM, against T, a panel per phase: the FLOP ratio (dashed) next
-    to the realized latency ratio (solid) and, where measured, the energy ratio (dotted),
-    from :func:`go_no_go_table`.  Above 1, the SSM does less / is faster.  When the latency
-    ratio tracks the FLOP ratio the hardware turns the SSM's smaller work into time; when it
-    stays below, the SSM's arithmetic runs at a lower rate than attention's.  ``models``
-    selects SSM families; ``phase`` and ``backends`` are accepted for a uniform notebook
-    interface (every phase is drawn, each side at its strongest backend)."""
+    to the realized latency ratio (solid, with its 95% interval as error bars: filled
+    markers where the interval is paired, open where it comes from separate cells) and,
+    where measured, the energy ratio (dotted), from the go/no-go table
+    (:func:`ssmbench.analysis.go_no_go_table`).  Above 1, the SSM does less / is faster;
+    a point whose interval holds 1 is inconclusive.  When the latency ratio tracks the
+    FLOP ratio the hardware turns the SSM's smaller work into time; when it stays below,
+    the SSM's arithmetic runs at a lower rate than attention's.  ``models`` selects SSM
+    families, ``batch`` one batch (default: the smallest); ``phase`` and ``backends`` are
+    accepted for a uniform notebook interface (every phase is drawn, each side at its
+    strongest backend)."""
     title = "Go / no-go: attention over SSM, strongest backends"
-    table = go_no_go_table(cells, batch)
+    numeric = ("flop_ratio", "latency_ratio", "latency_lo", "latency_hi", "energy_ratio")
+    text = ("interval", "answer", "attention_compute_dtype", "ssm_compute_dtype")
+    table = _with_columns(table, numeric, text)
     if models:
         table = table[table.ssm.isin(_as_list(models))]
+    table = _one_setting(table, batch, None)
     if table.empty:
-        return _empty_figure(title, "no phase and T with ok attention and SSM cells", cells)
+        return _empty_figure(title, "no phase and T with ok attention and SSM cells", table)
     phases = [p for p in PHASES if p in set(table.phase)]
     fig, axes = plt.subplots(1, len(phases), figsize=(5.6 * len(phases), 4.4), squeeze=False)
     for ax, ph in zip(axes[0], phases, strict=True):
@@ -1441,8 +1405,24 @@ def go_no_go(
         for ssm, line in panel.groupby("ssm", sort=True):
             line = line.sort_values("seq_len")
             color = FAMILY_COLORS.get(ssm, "black")
-            ax.plot(
-                line.seq_len, line.latency_ratio, color=color, marker="o", label=f"{ssm}: latency"
+            ax.plot(line.seq_len, line.latency_ratio, color=color, label=f"{ssm}: latency")
+            for source, marker_face in (("paired", color), ("separate cells", "white")):
+                part = line[line.interval == source]
+                ax.plot(
+                    part.seq_len,
+                    part.latency_ratio,
+                    linestyle="none",
+                    marker="o",
+                    color=color,
+                    markerfacecolor=marker_face,
+                )
+            _error_bars(
+                ax,
+                line.seq_len,
+                line.latency_ratio,
+                line.latency_lo,
+                line.latency_hi,
+                dict(color=color),
             )
             ax.plot(line.seq_len, line.flop_ratio, color=color, linestyle="--", alpha=0.7)
             if line.energy_ratio.notna().any():
@@ -1454,11 +1434,33 @@ def go_no_go(
         ax.set_ylabel("attention / SSM")
         ax.grid(True, which="both", alpha=0.3)
     styles = [
-        Line2D([], [], color="0.3", linestyle="-", marker="o", label="latency ratio"),
+        Line2D([], [], color="0.3", marker="o", label="latency ratio, paired cells (95% CI)"),
+        Line2D(
+            [],
+            [],
+            color="0.3",
+            marker="o",
+            markerfacecolor="white",
+            label="latency ratio, separate cells (95% CI)",
+        ),
         Line2D([], [], color="0.3", linestyle="--", label="FLOP ratio"),
         Line2D([], [], color="0.3", linestyle=":", label="energy ratio"),
     ]
-    _title(fig, title, cells)
+    mixed = table[
+        (table.attention_compute_dtype != table.ssm_compute_dtype)
+        & (table.attention_compute_dtype != "")
+        & (table.ssm_compute_dtype != "")
+    ]
+    extra = ""
+    if not mixed.empty:
+        combos = sorted(
+            {
+                f"attention {a} vs SSM {b}"
+                for a, b in zip(mixed.attention_compute_dtype, mixed.ssm_compute_dtype, strict=True)
+            }
+        )
+        extra = "compute precision differs: " + ", ".join(combos)
+    fig.suptitle(f"{title}\n{_caption(table, extra)}", fontsize=10)
     _figure_legend(fig, styles)
     fig.tight_layout()
     return fig

@@ -164,6 +164,113 @@ SAMPLES_SCHEMA = pa.DataFrameSchema(
     strict=True,
 )
 
+# One row per paired cell (ssmbench.paired), keyed by its SSM side: both medians, their
+# ratio and its paired bootstrap interval (ssmbench.stats).
+PAIRED_COLUMNS = KEYS + [
+    "device",
+    "device_name",
+    "status",
+    "reason",
+    "cache_source",
+    "kv_cache",
+    "n_rounds",
+    "attention_ms",
+    "ssm_ms",
+    "latency_ratio",
+    "latency_lo",
+    "latency_hi",
+    "attention_spread",
+    "ssm_spread",
+    "flop_ratio",
+    "load_avg_1m",
+    "git_commit",
+]
+_PAIRED_FLOATS = (
+    "attention_ms",
+    "ssm_ms",
+    "latency_ratio",
+    "latency_lo",
+    "latency_hi",
+    "attention_spread",
+    "ssm_spread",
+    "flop_ratio",
+    "load_avg_1m",
+)
+_PAIRED_TEXT = (
+    "run",
+    "model",
+    "backend",
+    "phase",
+    "dtype",
+    "device",
+    "device_name",
+    "status",
+    "reason",
+    "cache_source",
+    "kv_cache",
+    "git_commit",
+)
+PAIRED_SCHEMA = pa.DataFrameSchema(
+    {
+        **{k: CELLS_SCHEMA.columns[k] for k in KEYS},
+        "device": pa.Column(str),
+        "device_name": pa.Column(str),
+        "status": pa.Column(str, pa.Check.isin(STATUSES)),
+        "reason": pa.Column(str),
+        "cache_source": pa.Column(str),
+        "kv_cache": pa.Column(str),
+        "n_rounds": pa.Column(int, pa.Check.ge(0), coerce=True),
+        **{c: pa.Column(float, nullable=True, coerce=True) for c in _PAIRED_FLOATS},
+        "git_commit": pa.Column(str),
+    },
+    unique=KEYS,
+    strict=True,
+)
+
+
+def paired_table(records) -> pd.DataFrame:
+    """One row per paired record: attention's and the SSM's medians, attention over the
+    SSM, and the 95% interval of that ratio from a bootstrap over rounds (paired:
+    ``ssmbench.stats.ratio_interval``); NaN where the pair did not run."""
+    from ssmbench.measure.timing import relative_spread
+    from ssmbench.stats import ratio_interval
+
+    rows = []
+    for r in records:
+        row = {c: getattr(r, c, None) for c in PAIRED_COLUMNS}
+        lo = hi = None
+        if r.status == "ok":
+            _, lo, hi = ratio_interval(r.attention_samples_ms, r.ssm_samples_ms, paired=True)
+            row["attention_spread"] = relative_spread(r.attention_samples_ms)
+            row["ssm_spread"] = relative_spread(r.ssm_samples_ms)
+            if r.attention_flop and r.ssm_flop:
+                row["flop_ratio"] = r.attention_flop / r.ssm_flop
+        row.update(latency_lo=lo, latency_hi=hi)
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=PAIRED_COLUMNS)
+    for col in _PAIRED_TEXT:
+        df[col] = df[col].fillna("").astype(str)
+    for col in ("batch", "seq_len", "d_state", "n_rounds"):
+        df[col] = df[col].fillna(0).astype(int)
+    return PAIRED_SCHEMA.validate(df.sort_values(KEYS, ignore_index=True))
+
+
+def read_paired_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a paired table and check it, naming the file on failure; a run that has
+    none (older runs) reads as an empty table."""
+    path = Path(path)
+    if not path.is_file():
+        return PAIRED_SCHEMA.validate(pd.DataFrame(columns=PAIRED_COLUMNS))
+    df = pd.read_csv(path, dtype={c: object for c in _PAIRED_TEXT})
+    for col in _PAIRED_TEXT:
+        if col in df:
+            df[col] = df[col].fillna("").astype(str)
+    try:
+        return PAIRED_SCHEMA.validate(df, lazy=True)
+    except (pa.errors.SchemaErrors, pa.errors.SchemaError) as e:
+        raise ValueError(f"{path}: not a valid paired table:\n{e}") from None
+
+
 # One row per (profiled cell, bucket) with status ok; a cell that could not be profiled has
 # one row with its status (unavailable, failed, oom) and reason, and no bucket or times
 # (ssmbench.cell.profile_or_status).
@@ -348,13 +455,22 @@ def read_ops(path: str | os.PathLike) -> pd.DataFrame:
 
 
 def aggregate(
-    cell_paths: Iterable[str], verify_paths: Iterable[str], run: str, ops_paths=(), extra=()
+    cell_paths: Iterable[str],
+    verify_paths: Iterable[str],
+    run: str,
+    ops_paths=(),
+    extra=(),
+    paired_paths=(),
+    paired_extra=(),
 ) -> dict:
-    """Read every record of a run and return its tables by file name; ``extra`` records
-    (the rows of cells a stopped run left unmeasured, ssmbench.finish) join them."""
+    """Read every record of a run and return its tables by file name; ``extra`` and
+    ``paired_extra`` records (the rows of cells and paired cells a stopped run left
+    unmeasured, ssmbench.finish) join them."""
     from ssmbench import claims  # which reads this module's family_of
+    from ssmbench.paired import read_paired
 
     records = [read_record(p) for p in cell_paths] + list(extra)
+    paired = [read_paired(p) for p in paired_paths] + list(paired_extra)
     verify_records = []
     for p in verify_paths:
         with open(p) as f:
@@ -363,6 +479,7 @@ def aggregate(
     return {
         "cells": cells,
         "samples": samples_table(records),
+        "paired": paired_table(paired),
         "verify": verify_table(run, verify_records),
         "ops": ops_table(ops_paths),
         "claims": claims.evaluate(cells, run),  # config/claims.yaml against this run

@@ -11,6 +11,7 @@ VERDICT = paths.table(RUN, "verdict.rst")
 rule aggregate:
     input:
         cells=run_cells,
+        paired=run_paired,
         verify=run_verify_records,
         ops=run_ops,
         device=device_input_finished,
@@ -19,6 +20,7 @@ rule aggregate:
         cells_csv=paths.table("{run}", "cells.csv"),
         cells_parquet=paths.table("{run}", "cells.parquet"),
         samples_parquet=paths.table("{run}", "samples.parquet"),
+        paired_csv=paths.table("{run}", "paired.csv"),
         verify_csv=paths.table("{run}", "verify.csv"),
         ops_csv=paths.table("{run}", "ops.csv"),
         claims_csv=report(
@@ -35,6 +37,7 @@ rule aggregate:
     params:
         # partial=True: the planned cells that left no finished record become rows too
         planned=planned_cells,
+        planned_paired=planned_paired,
         stopped=PLAN.partial,
         size=vars(PLAN.size),
         device=PLAN.device,
@@ -45,6 +48,8 @@ rule aggregate:
 rule verdict:
     input:
         cells=paths.table("{run}", "cells.csv"),
+        samples=paths.table("{run}", "samples.parquet"),
+        paired=paths.table("{run}", "paired.csv"),
         claims=paths.table("{run}", "claims.csv"),
     output:
         rst=paths.table("{run}", "verdict.rst"),
@@ -53,9 +58,10 @@ rule verdict:
             caption="../report/go_no_go_table.rst",
             category="go/no-go",
         ),
+        speedups=paths.table("{run}", "speedups.csv"),
         prov=[
             paths.prov(paths.table("{run}", name))
-            for name in ("verdict.rst", "go_no_go.csv")
+            for name in ("verdict.rst", "go_no_go.csv", "speedups.csv")
         ],
     log:
         "logs/{run}/verdict.log",

@@ -76,3 +76,30 @@ rule prewarm:
         budget_s=PLAN.timing.timeout_s or 300,
     script:
         "../../scripts/prewarm.py"
+
+
+rule paired:
+    input:
+        unpack(paired_input),
+    output:
+        record=paths.PAIRED,
+        prov=paths.prov(paths.PAIRED),
+    log:
+        paths.PAIRED_LOG,
+    priority: PRIORITY["paired"]
+    conda:
+        "../../envs/bench.yaml"
+    threads: BENCH_THREADS
+    resources:
+        **BENCH_RESOURCES,
+    params:
+        run=RUN,
+        cell=paired_cell_params,
+        cache_source=paired_cache_source,
+        device=PLAN.device,
+        size=vars(PLAN.size),
+        timing=lambda w: vars(PLAN.paired_timing),
+        seed=PLAN.seed,
+        cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
+    script:
+        "../../scripts/paired.py"

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from ssmbench import paths  # noqa: E402
 from ssmbench.config import (  # noqa: E402
     Cell,
+    RUN_TABLES,
     ConfigError,
     plan,
     precollected_runs,
@@ -73,6 +74,7 @@ PRIORITY = {
     "verify": (90, 50),  # (headline, other)
     "prewarm": (85, 45),
     "bench": (80, 10),
+    "paired": 75,  # the verdict's ratios: after the headline cells, before the rest
     "profile": (0, 0),
 }
 
@@ -128,6 +130,41 @@ def profiled_cell_params(wildcards):
     if cell not in PLAN.profiled:
         raise ValueError(f"{cell} is not in a sweep with profile: true")
     return vars(cell)
+
+
+def paired_cell(wildcards):
+    """The SSM side of a paired cell of the plan (preset key ``paired``)."""
+    cell = Cell(
+        wildcards.model,
+        wildcards.backend,
+        wildcards.phase,
+        int(wildcards.batch),
+        int(wildcards.seq_len),
+        int(wildcards.d_state),
+        wildcards.dtype,
+    )
+    if cell not in PLAN.paired:
+        raise ValueError(f"{cell} is not a paired cell of preset {PLAN.preset!r}")
+    return cell
+
+
+def paired_cell_params(wildcards):
+    return vars(paired_cell(wildcards))
+
+
+def paired_cache_source(wildcards):
+    return PLAN.cache_source(paired_cell(wildcards))
+
+
+def paired_input(wildcards):
+    """Both sides' verify records (a graph backend reuses its base's)."""
+    run = live_run(wildcards.run)
+    cell = paired_cell(wildcards)
+    backend = verified_backend(cell.backend)
+    return {
+        "attention": paths.verify_record(run, "attention", backend),
+        "ssm": paths.verify_record(run, cell.model, backend),
+    }
 
 
 def device_input(wildcards):
@@ -199,6 +236,11 @@ def run_cells(wildcards):
     return finished([paths.cell_record(run, c) for c in PLAN.cells])
 
 
+def run_paired(wildcards):
+    run = live_run(wildcards.run)
+    return finished([paths.paired_record(run, c) for c in PLAN.paired])
+
+
 def run_ops(wildcards):
     run = live_run(wildcards.run)
     return finished([paths.ops(run, c) for c in sorted(PLAN.profiled)])
@@ -219,6 +261,11 @@ def planned_cells(wildcards):
     return [vars(c) for c in PLAN.cells] if PLAN.partial else []
 
 
+def planned_paired(wildcards):
+    """Every paired cell of the plan (SSM sides), for ``partial=True``, as above."""
+    return [vars(c) for c in PLAN.paired] if PLAN.partial else []
+
+
 def figure_spec(wildcards):
     if wildcards.figure not in PLAN.figures:
         raise ValueError(
@@ -231,8 +278,8 @@ def figure_cells(wildcards):
     """The records (or, for a figure of the ops table, the operator profiles) it draws."""
     run = live_run(wildcards.run)
     spec = figure_spec(wildcards)
-    if spec.table == "claims":  # the run's claims table, made by aggregate
-        return [paths.table(run, "claims.csv")]
+    if spec.table in RUN_TABLES:  # a table of the run's, made by aggregate or verdict
+        return [paths.table(run, f"{spec.table}.csv")]
     path = paths.cell_record if spec.table == "cells" else paths.ops
     return finished([path(run, c) for c in PLAN.figure_cells(wildcards.figure)])
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ssmbench.config import Timing
 from ssmbench.errors import CellTimeout
 
-__all__ = ["CellTimeout", "TimingResult", "deadline_alarm", "measure"]
+__all__ = ["CellTimeout", "TimingResult", "deadline_alarm", "measure", "measure_pair"]
 
 
 @dataclass(frozen=True)
@@ -193,28 +193,86 @@ def _enough(samples_ms: list[float], elapsed_s: float, timing: Timing) -> bool:
     return True
 
 
-def _sample(fn, timing: Timing, device: str, deadline, samples_ms: list[float]) -> bool:
-    """Append samples to ``samples_ms`` until enough; True if the deadline ended it."""
+def _timer(device: str) -> Callable[[Callable[[], object]], float]:
+    """``once(fn)``: the milliseconds of one call of ``fn`` on ``device`` (CUDA events
+    around it on a GPU, the host's monotonic clock on a CPU)."""
     if device == "cuda":
         import torch
 
-        def once() -> float:
+        def once(fn) -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
             end.synchronize()
             return start.elapsed_time(end)
-    else:
 
-        def once() -> float:
-            t0 = time.perf_counter_ns()
-            fn()
-            return (time.perf_counter_ns() - t0) / 1e6
+        return once
 
+    def once(fn) -> float:
+        t0 = time.perf_counter_ns()
+        fn()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    return once
+
+
+def _sample(fn, timing: Timing, device: str, deadline, samples_ms: list[float]) -> bool:
+    """Append samples to ``samples_ms`` until enough; True if the deadline ended it."""
+    once = _timer(device)
     begin = time.perf_counter()
     while not _enough(samples_ms, time.perf_counter() - begin, timing):
         if _past(deadline):
             return True
-        samples_ms.append(once())
+        samples_ms.append(once(fn))
     return False
+
+
+def measure_pair(
+    fns: tuple[Callable[[], object], Callable[[], object]],
+    timing: Timing,
+    device: str = "cpu",
+    deadline: float | None = None,
+) -> tuple[TimingResult, TimingResult]:
+    """Time two callables in alternating rounds of one process: a paired measurement.
+
+    Warm-up alternates the two for ``timing.warmup`` calls each and ``timing.warmup_s``
+    seconds.  Then each round times one call of each, in the order A B in even rounds and
+    B A in odd ones (so neither side always follows the other, whose caches and clocks it
+    inherits), until the rounds satisfy :func:`_enough` on ``timing`` counted in rounds
+    and in the wall time of the whole pair (``max_time_s`` is the pair's, not a side's),
+    or the deadline passes.  Sample i of A and sample i of B come from round i, so their
+    ratio sees one moment of the machine (``ssmbench.stats``: paired intervals).  Returns
+    one :class:`TimingResult` per callable, with as many samples each.
+    """
+    once = _timer(device)
+    start = time.perf_counter()
+    warm = 0
+    samples: tuple[list[float], list[float]] = ([], [])
+    timed_out = False
+    try:
+        while warm < timing.warmup or time.perf_counter() - start < timing.warmup_s:
+            if _past(deadline):
+                timed_out = True
+                break
+            fns[0](), fns[1]()
+            warm += 1
+        _synchronize(device)
+        begin = time.perf_counter()
+        while not timed_out and not _enough_rounds(samples, time.perf_counter() - begin, timing):
+            if _past(deadline):
+                timed_out = True
+                break
+            order = (0, 1) if len(samples[0]) % 2 == 0 else (1, 0)
+            round_ms = {side: once(fns[side]) for side in order}
+            for side in (0, 1):
+                samples[side].append(round_ms[side])
+    except CellTimeout:
+        timed_out = True
+    elapsed = time.perf_counter() - start
+    return tuple(TimingResult(s, warm, elapsed, timed_out=timed_out) for s in samples)
+
+
+def _enough_rounds(samples: tuple[list[float], list[float]], elapsed_s: float, timing: Timing):
+    """:func:`_enough` for a pair: both sides' spread targets must be met."""
+    return all(_enough(s, elapsed_s, timing) for s in samples)

@@ -1,0 +1,306 @@
+"""The ratios the verdict and the figures report, with their intervals.
+
+- :func:`go_no_go_table`: attention over each SSM, per phase, batch, dtype and T, each
+  side at its strongest backend, read from the paired cells where the run has them
+  (``ssmbench.paired``: both sides timed in alternating calls of one process) and from
+  the separate cells otherwise, with a 95% bootstrap interval of the latency ratio
+  (``ssmbench.stats``: paired over rounds, or unpaired over each cell's samples) and the
+  answer it supports: ``ssm faster``, ``attention faster`` or ``inconclusive``.
+- :func:`graph_speedups`: an eager decode step over its CUDA-graph replay, with the same
+  unpaired interval.
+
+Reads tables only (pandas, numpy, scipy), never torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ssmbench.stats import decide, ratio_interval
+from ssmbench.tables import KEYS, family_of
+
+# How tuned a backend is.  A side is compared at the highest tier both sides reached, so a
+# naive loop is never set against a fused kernel.
+BACKEND_TIERS = {
+    "naive": 0,
+    "torch": 1,
+    "compile": 1,
+    "torch-graph": 1,
+    "fused": 2,
+    "fused-graph": 2,
+}
+SSM_FAMILIES = ("s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid")
+# the answer of a go/no-go row: which side of 1 the latency ratio's interval lies on
+ANSWERS = {"above": "ssm faster", "below": "attention faster", "inconclusive": "inconclusive"}
+INTERVAL_SOURCES = ("paired", "separate cells")
+
+GO_NO_GO_COLUMNS = [
+    "phase",
+    "batch",
+    "dtype",
+    "seq_len",
+    "ssm",
+    "attention_backend",
+    "ssm_backend",
+    "tier",
+    "attention_compute_dtype",
+    "ssm_compute_dtype",
+    "flop_ratio",
+    "latency_ratio",
+    "latency_lo",
+    "latency_hi",
+    "interval",
+    "answer",
+    "energy_ratio",
+]
+
+GRAPH_PAIRS = (("torch", "torch-graph"), ("fused", "fused-graph"))  # (eager, graph)
+GRAPH_TARGET = 3.0  # issue 5: graph replay at least 3x faster than the eager step
+
+
+def samples_by_cell(samples: pd.DataFrame | None) -> dict[tuple, np.ndarray]:
+    """The kept samples (ms) of each cell of a samples table, keyed by its KEYS values."""
+    if samples is None or samples.empty:
+        return {}
+    ordered = samples.sort_values([*KEYS, "sample"])
+    return {
+        tuple(key): group.time_ms.to_numpy(float)
+        for key, group in ordered.groupby(KEYS, sort=False)
+    }
+
+
+def _key(row) -> tuple:
+    return tuple(row[k] for k in KEYS)
+
+
+def _unpaired(a_row, b_row, samples: dict) -> tuple[float, float]:
+    """The unpaired 95% interval of a_row's median over b_row's (NaN without samples)."""
+    a, b = samples.get(_key(a_row)), samples.get(_key(b_row))
+    if a is None or b is None:
+        return np.nan, np.nan
+    _, low, high = ratio_interval(a, b, paired=False)
+    return low, high
+
+
+def _compute_dtype(row) -> str:
+    value = row.get("compute_dtype", "")
+    return "" if pd.isna(value) else str(value)
+
+
+def go_no_go_table(
+    cells: pd.DataFrame,
+    batch: int | None = None,
+    samples: pd.DataFrame | None = None,
+    paired: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Per (phase, batch, dtype, T, SSM family): attention's FLOPs, latency and energy over
+    the SSM's.  A ratio above 1 means attention does more work, takes longer, or spends
+    more energy.
+
+    Each side runs its fastest ok backend within the highest tier both reached
+    (BACKEND_TIERS), named in the row with the precision its operator computes in
+    (``compute_dtype`` of the cells, where the table has it): a bf16 kernel against an
+    operator that widens to fp32 reads as such.  Where the run has an ok paired cell at
+    the point (``paired``: the paired table), the latency ratio is the pair's and its
+    interval is paired (``interval`` = "paired"); otherwise the ratio is of the two
+    separate cells' medians, its interval unpaired from ``samples`` (the samples table;
+    "separate cells"), NaN without them.  ``answer`` is ``ssm faster`` when the interval
+    lies above 1, ``attention faster`` below, ``inconclusive`` when it holds 1, and empty
+    without an interval.  The energy ratio is of the separate cells' energies (one
+    reading per cell, so no interval).  ``batch`` keeps one batch; None keeps all.
+    """
+    from ssmbench.plots import _CELL_NUMERIC, _CELL_TEXT, _filter, _with_columns
+
+    data = _with_columns(cells, _CELL_NUMERIC, (*_CELL_TEXT, "compute_dtype"))
+    data = data[(data.status == "ok") & data.backend.isin(list(BACKEND_TIERS))]
+    data = _filter(data, batch=batch)
+    data = data.assign(tier=data.backend.map(BACKEND_TIERS), family=family_of(data))
+    by_cell = samples_by_cell(samples)
+    pairs = _ok_pairs(paired, batch)
+    rows = []
+    points = data.groupby(["phase", "batch", "dtype", "seq_len"], sort=True)
+    for (phase, b, dtype, seq_len), point in points:
+        attention = point[point.family == "attention"]
+        if attention.empty:
+            continue
+        for ssm in SSM_FAMILIES:
+            other = point[point.family == ssm]
+            if other.empty:
+                continue
+            tier = min(attention.tier.max(), other.tier.max())
+            a = attention[attention.tier == tier].nsmallest(1, "time_ms_median").iloc[0]
+            s = other[other.tier == tier].nsmallest(1, "time_ms_median").iloc[0]
+            row = dict(
+                phase=phase,
+                batch=int(b),
+                dtype=dtype,
+                seq_len=int(seq_len),
+                ssm=ssm,
+                attention_backend=a.backend,
+                ssm_backend=s.backend,
+                tier=int(tier),
+                attention_compute_dtype=_compute_dtype(a),
+                ssm_compute_dtype=_compute_dtype(s),
+                flop_ratio=a.flop / s.flop if s.flop else np.nan,
+                latency_ratio=a.time_ms_median / s.time_ms_median,
+                interval="",
+            )
+            pair = _best_pair(pairs, phase, b, dtype, seq_len, ssm)
+            if pair is not None:
+                row.update(
+                    attention_backend=pair.backend,
+                    ssm_backend=pair.backend,
+                    tier=int(BACKEND_TIERS.get(pair.backend, tier)),
+                    latency_ratio=pair.latency_ratio,
+                    latency_lo=pair.latency_lo,
+                    latency_hi=pair.latency_hi,
+                    interval="paired",
+                )
+                a, s = (
+                    _cell(point, "attention", pair.backend, a),
+                    _cell(point, ssm, pair.backend, s),
+                )
+                row.update(
+                    attention_compute_dtype=_compute_dtype(a), ssm_compute_dtype=_compute_dtype(s)
+                )
+            else:
+                low, high = _unpaired(a, s, by_cell)
+                row.update(latency_lo=low, latency_hi=high)
+                if not np.isnan(low):
+                    row["interval"] = "separate cells"
+            row["answer"] = ANSWERS.get(decide(row["latency_lo"], row["latency_hi"]), "")
+            energy_ok = s.energy_j and not pd.isna(s.energy_j) and not pd.isna(a.energy_j)
+            row["energy_ratio"] = a.energy_j / s.energy_j if energy_ok else np.nan
+            rows.append(row)
+    return pd.DataFrame(rows, columns=GO_NO_GO_COLUMNS)
+
+
+def _ok_pairs(paired: pd.DataFrame | None, batch) -> pd.DataFrame:
+    if paired is None or paired.empty:
+        return pd.DataFrame()
+    ok = paired[(paired.status == "ok") & paired.latency_ratio.notna()]
+    return ok if batch is None else ok[ok.batch == batch]
+
+
+def _best_pair(pairs: pd.DataFrame, phase, batch, dtype, seq_len, ssm):
+    """The paired row at the point, at the highest backend tier the run paired it at
+    (ties: the faster SSM side), or None."""
+    if pairs.empty:
+        return None
+    here = pairs[
+        (pairs.phase == phase)
+        & (pairs.batch == batch)
+        & (pairs.dtype == dtype)
+        & (pairs.seq_len == seq_len)
+        & (family_of(pairs) == ssm)
+    ]
+    if here.empty:
+        return None
+    here = here.assign(tier=here.backend.map(BACKEND_TIERS).fillna(0))
+    here = here[here.tier == here.tier.max()]
+    return here.nsmallest(1, "ssm_ms").iloc[0]
+
+
+def _cell(point: pd.DataFrame, family: str, backend: str, default):
+    """The separate cell of ``family`` at ``backend`` in ``point`` (default when absent)."""
+    rows = point[(point.family == family) & (point.backend == backend)]
+    return rows.iloc[0] if not rows.empty else default
+
+
+def graph_speedups(
+    cells: pd.DataFrame, batch: int = 1, samples: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Eager over graph decode latency per (model, eager backend, T) at ``batch``, where
+    both cells are ok: columns model, eager, graph, seq_len, eager_ms, graph_ms, speedup,
+    speedup_lo, speedup_hi (the unpaired 95% interval from ``samples``; NaN without)."""
+    table = speedups_table(cells, samples)
+    table = table[(table.status == "ok") & (table.batch == batch)]
+    columns = ["model", "eager", "graph", "seq_len", "eager_ms", "graph_ms", "speedup"]
+    return table[columns + ["speedup_lo", "speedup_hi"]].reset_index(drop=True)
+
+
+SPEEDUP_COLUMNS = [
+    "run",
+    "model",
+    "eager",
+    "graph",
+    "batch",
+    "dtype",
+    "seq_len",
+    "status",
+    "reason",
+    "eager_ms",
+    "graph_ms",
+    "speedup",
+    "speedup_lo",
+    "speedup_hi",
+]
+
+
+def speedups_table(cells: pd.DataFrame, samples: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per CUDA-graph decode cell of ``cells``: its eager twin's median over its
+    own, with the unpaired 95% interval from ``samples`` (:func:`graph_speedups`, every
+    batch), or, where either cell is not ok, the status and reason of the one that is not
+    (the graph cell's first) and no speed-up."""
+    from ssmbench.plots import _CELL_NUMERIC, _CELL_TEXT, _with_columns
+
+    data = _with_columns(cells, _CELL_NUMERIC, _CELL_TEXT)
+    by_cell = samples_by_cell(samples)
+    rows = []
+    for eager, graph in GRAPH_PAIRS:
+        for _, g in data[(data.phase == "decode") & (data.backend == graph)].iterrows():
+            twin = data[
+                (data.phase == "decode")
+                & (data.backend == eager)
+                & (data.model == g.model)
+                & (data.batch == g.batch)
+                & (data.dtype == g.dtype)
+                & (data.seq_len == g.seq_len)
+            ]
+            e = twin.iloc[0] if not twin.empty else None
+            row = dict(
+                run=g.run,
+                model=g.model,
+                eager=eager,
+                graph=graph,
+                batch=int(g.batch),
+                dtype=g.dtype,
+                seq_len=int(g.seq_len),
+                status=g.status,
+                reason=g.reason,
+            )
+            if g.status == "ok" and (e is None or e.status != "ok"):
+                row.update(
+                    status="not_run" if e is None else e.status,
+                    reason=f"its {eager} twin " + ("was not planned" if e is None else e.reason),
+                )
+            if row["status"] == "ok":
+                low, high = _unpaired(e, g, by_cell)
+                row.update(
+                    eager_ms=e.time_ms_median,
+                    graph_ms=g.time_ms_median,
+                    speedup=e.time_ms_median / g.time_ms_median,
+                    speedup_lo=low,
+                    speedup_hi=high,
+                )
+            rows.append(row)
+    return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
+
+
+def read_table(path, columns: list[str]) -> pd.DataFrame:
+    """A go/no-go or speed-ups table from CSV, checked to hold ``columns`` (the file named
+    on failure); text columns read as strings ("" where empty)."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"table {path} does not exist")
+    table = pd.read_csv(path)
+    missing = [c for c in columns if c not in table]
+    if missing:
+        raise ValueError(f"{path}: not a table of this kind, it lacks the columns {missing}")
+    for col in table.columns:
+        if table[col].dtype == object:
+            table[col] = table[col].fillna("").astype(str)
+    return table
