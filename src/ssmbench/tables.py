@@ -46,6 +46,7 @@ CELL_COLUMNS = KEYS + [
     "tflops",
     "bw_gbps",
     "spread",
+    "compute_dtype",
     "ceiling_tflops",
     "ceiling_bw_gbps",
     "compute_util",
@@ -108,6 +109,14 @@ CELLS_SCHEMA = pa.DataFrameSchema(
         "tflops": _float(),
         "bw_gbps": _float(),
         "spread": _float(),
+        # absent from tables written before the column (results/precollected)
+        "compute_dtype": pa.Column(
+            str,
+            pa.Check.isin(["", "fp64", "fp32", "fp16", "bf16"]),
+            nullable=True,
+            required=False,
+            coerce=True,
+        ),
         "ceiling_tflops": _float(),
         "ceiling_bw_gbps": _float(),
         "compute_util": _float(),
@@ -294,6 +303,7 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
             "energy_reason",
             "family",
             "host_allocator",
+            "compute_dtype",
         )
         df = pd.read_csv(path, dtype={c: object for c in text_columns})
         for col in text_columns:
