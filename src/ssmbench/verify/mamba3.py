@@ -39,13 +39,14 @@ def op_shapes(backend: str) -> list[dict]:
 
 
 def _inputs(inputs: Inputs, b: int, t: int, h: int, g: int, p: int, n: int, r: int):
-    """(x, dt, A, B, C, theta, lam), D and a random initial state."""
+    """(x, dt, A, B, C, theta, lam), D and a random initial state; B and C with variance
+    1 / n, as in :mod:`ssmbench.verify.mamba2` (C . B and the outputs O(1))."""
     args = (
         inputs.randn(b, t, h, p),
         inputs.rand(b, t, h, low=0.05, high=0.5),  # dt
         -inputs.rand(h, low=0.5, high=2.0),  # A
-        inputs.randn(b, t, g, n),
-        inputs.randn(b, t, g, n),
+        inputs.randn(b, t, g, n, scale=n**-0.5),
+        inputs.randn(b, t, g, n, scale=n**-0.5),
         inputs.rand(b, t, h, r, low=-THETA_MAX, high=THETA_MAX),  # theta
         inputs.rand(b, t, h, low=0.0, high=1.0),  # lam
     )
