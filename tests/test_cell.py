@@ -112,12 +112,17 @@ def test_utilization_against_the_calibrated_ceilings():
 
 @pytest.mark.parametrize(
     "model, backend, compute",
-    [("mamba2", "torch", "fp32"), ("attention", "torch", "bf16")],
+    [
+        ("mamba2", "torch", "fp32"),
+        ("attention", "torch", "bf16"),
+        ("mamba2", "torch-mixed", "bf16"),
+    ],
     ids=str,
 )
 def test_utilization_divides_by_the_ceiling_of_the_compute_dtype(model, backend, compute):
     """A bf16 cell whose operator widens to fp32 (Mamba-2's torch form) is measured against
-    the fp32 ceilings; one whose operator runs in bf16 (attention's SDPA) against bf16's."""
+    the fp32 ceilings; one whose operator runs in bf16 (attention's SDPA, Mamba-2's
+    torch-mixed form) against bf16's."""
     device_info = {
         "ceilings": {"tflops": {"fp32": 0.5, "bf16": 4.0}, "bw_gbps": 20.0},
         "datasheet": {"tflops": {"fp32": 2.0, "bf16": 16.0}, "memory_gbps": 80.0},

@@ -276,3 +276,28 @@ def test_a_sweeps_random_cache_applies_to_its_decode_cells_only():
 )
 def test_compute_dtype_is_what_the_operator_runs_in(model, backend, phase, dtype, expected):
     assert sbconfig.compute_dtype(model, backend, phase, dtype) == expected
+
+
+def test_every_list_of_backends_is_the_registrys():
+    """The config schema's two enums, the command line's choices and the figures' styles
+    and tiers name exactly the backends ssmbench.models registers (graph ones included)."""
+    import yaml
+
+    from ssmbench import __main__ as cli
+    from ssmbench import plots
+    from ssmbench.models import ALL_BACKENDS
+
+    backends = [*ALL_BACKENDS, *sbconfig.GRAPH_BACKENDS]
+    with open(sbconfig.SCHEMA) as f:
+        schema = yaml.safe_load(f)
+
+    def enums(node):
+        """Every ``backends: {items: {enum: [...]}}`` in the schema."""
+        if isinstance(node, dict):
+            found = node.get("backends", {}).get("items", {}).get("enum")
+            return ([found] if found else []) + [e for v in node.values() for e in enums(v)]
+        return [e for v in node for e in enums(v)] if isinstance(node, list) else []
+
+    assert len(enums(schema)) == 2 and "torch-mixed" in backends
+    for names in (*enums(schema), cli.BACKENDS, plots.BACKEND_STYLES, plots.BACKEND_TIERS):
+        assert sorted(names) == sorted(backends)

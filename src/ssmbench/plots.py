@@ -35,6 +35,7 @@ FAMILY_COLORS = {
 BACKEND_STYLES = {
     "naive": dict(linestyle=":", marker="o"),
     "torch": dict(linestyle="-", marker="s"),
+    "torch-mixed": dict(linestyle="-", marker="h"),
     "compile": dict(linestyle="--", marker="^"),
     "fused": dict(linestyle="-", marker="D", linewidth=2.2),
     "torch-graph": dict(linestyle="-.", marker="v"),
@@ -1364,6 +1365,7 @@ FIGURES["throughput"] = throughput
 BACKEND_TIERS = {
     "naive": 0,
     "torch": 1,
+    "torch-mixed": 1,
     "compile": 1,
     "torch-graph": 1,
     "fused": 2,

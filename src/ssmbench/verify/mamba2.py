@@ -13,7 +13,7 @@ import torch
 
 from ssmbench import ops, reference
 from ssmbench.numerics import compare, to_numpy
-from ssmbench.verify import SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
+from ssmbench.verify import CHUNKED, SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
 
 # (b, t, h, p, g, n): t = 37 and 70 are not multiples of 16 or 64; p = 17 and n = 5 are
 # odd; the first shape has two heads per group
@@ -36,7 +36,7 @@ def op_checks(
 ) -> tuple[list, list]:
     guard = guard or PhaseGuard()
     checks, shapes = [], []
-    chunk_sizes = SSD_CHUNK_SIZES if backend == "torch" else (None,)
+    chunk_sizes = SSD_CHUNK_SIZES if backend in CHUNKED else (None,)
     for b, t, h, p, g, n in SSD_SHAPES:
         x = inputs.randn(b, t, h, p)
         dt = inputs.rand(b, t, h, low=0.01, high=1.0)

@@ -11,7 +11,15 @@ from ssmbench.numerics import compare, to_numpy
 from ssmbench.reference import ssd as reference_ssd
 from ssmbench.reference.mamba3 import Mamba3State
 from ssmbench.reference.mamba3 import mamba3 as reference_mamba3
-from ssmbench.verify import FUSED, SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard, compare_phase
+from ssmbench.verify import (
+    CHUNKED,
+    FUSED,
+    SEQUENCE_PHASES,
+    STEP_PHASES,
+    Inputs,
+    PhaseGuard,
+    compare_phase,
+)
 
 # (b, t, h, g, p, n, r): lengths that are no chunk multiple; p = 7, n = 5 (odd: the last
 # state channel is not rotated) and r < n / 2 (a partial rotation) are awkward on purpose
@@ -74,7 +82,7 @@ def op_checks(
 ) -> tuple[list, list]:
     guard = guard or PhaseGuard()
     checks, shapes = [], []
-    chunk_sizes = MAMBA3_CHUNK_SIZES if backend == "torch" else (None,)
+    chunk_sizes = MAMBA3_CHUNK_SIZES if backend in CHUNKED else (None,)
     for b, t, h, g, p, n, r in MAMBA3_FUSED_SHAPES if backend in FUSED else MAMBA3_SHAPES:
         args, D, h0 = _inputs(inputs, b, t, h, g, p, n, r)
         ref_y, ref_state = reference_mamba3(
