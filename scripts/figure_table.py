@@ -7,8 +7,8 @@ import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.config import RUN_TABLES
 from ssmbench.provenance import from_snakemake, now
-from ssmbench.scripting import logged
 from ssmbench.records import read_record
+from ssmbench.scripting import logged
 from ssmbench.tables import cells_table, ops_table, write_tables
 
 with logged(snakemake):

@@ -25,8 +25,9 @@ def spec(
     d_state=4,
     phase="prefill",
     timing=TIMING,
+    dtype="fp32",
 ) -> CellSpec:
-    cell = Cell(model, backend, phase, 1, seq_len, d_state, "fp32")
+    cell = Cell(model, backend, phase, 1, seq_len, d_state, dtype)
     return CellSpec("t", cell, device, SIZE, timing, seed=0)
 
 
@@ -107,6 +108,36 @@ def test_utilization_against_the_calibrated_ceilings():
     assert r.bw_util == pytest.approx(r.bw_gbps / 20.0)
     assert r.compute_util_datasheet == pytest.approx(r.tflops / 2.0)
     assert r.bw_util_datasheet == pytest.approx(r.bw_gbps / 80.0)
+
+
+@pytest.mark.parametrize(
+    "model, backend, compute",
+    [
+        ("mamba2", "torch", "fp32"),
+        ("attention", "torch", "bf16"),
+        ("mamba2", "torch-mixed", "bf16"),
+    ],
+    ids=str,
+)
+def test_utilization_divides_by_the_ceiling_of_the_compute_dtype(model, backend, compute):
+    """A bf16 cell whose operator widens to fp32 (Mamba-2's torch form) is measured against
+    the fp32 ceilings; one whose operator runs in bf16 (attention's SDPA, Mamba-2's
+    torch-mixed form) against bf16's."""
+    device_info = {
+        "ceilings": {"tflops": {"fp32": 0.5, "bf16": 4.0}, "bw_gbps": 20.0},
+        "datasheet": {"tflops": {"fp32": 2.0, "bf16": 16.0}, "memory_gbps": 80.0},
+        "float32_matmul_precision": "highest",
+    }
+    d_state = 0 if model == "attention" else 4
+    cell = spec(model=model, backend=backend, d_state=d_state, dtype="bf16")
+    r = run_cell(cell, threads=1, device_info=device_info)
+    assert r.status == "ok", r.reason
+    assert r.dtype == "bf16" and r.compute_dtype == compute
+    ceiling = device_info["ceilings"]["tflops"][compute]
+    assert r.ceiling_tflops == ceiling
+    assert r.compute_util == pytest.approx(r.tflops / ceiling)
+    datasheet = device_info["datasheet"]["tflops"][compute]
+    assert r.compute_util_datasheet == pytest.approx(r.tflops / datasheet)
 
 
 @pytest.mark.parametrize("llc_bytes, resident", [(1 << 40, True), (1, False), (None, None)])

@@ -242,3 +242,62 @@ def test_a_sweeps_random_cache_applies_to_its_decode_cells_only():
     bad["presets"]["ci"]["sweeps"][1]["cache"] = "zeros"
     with pytest.raises(sbconfig.ConfigError, match="cache"):
         sbconfig.plan(bad)
+
+
+@pytest.mark.parametrize(
+    "model, backend, phase, dtype, expected",
+    [
+        ("mamba2", "torch", "prefill", "fp32", "fp32"),  # an fp32 cell computes in fp32
+        ("attention", "fused", "prefill", "fp64", "fp64"),
+        ("mamba2", "torch", "prefill", "bf16", "fp32"),  # the torch forms widen
+        ("mamba3", "naive", "train", "bf16", "fp32"),
+        ("deltanet", "compile", "prefill", "fp16", "fp32"),
+        ("s4d", "torch", "prefill", "bf16", "fp32"),
+        ("attention", "torch", "prefill", "bf16", "bf16"),  # SDPA in the cell's dtype
+        ("attention", "naive", "train", "fp16", "fp16"),
+        ("attention", "compile", "prefill", "bf16", "bf16"),
+        ("attention", "fused-graph", "decode", "bf16", "bf16"),
+        ("mamba2", "fused", "prefill", "bf16", "bf16"),  # half matmuls, fp32 state
+        ("deltanet", "fused", "train", "bf16", "bf16"),
+        ("mamba", "fused", "prefill", "bf16", "fp32"),  # a float32 scan, no matmul
+        ("mamba2", "torch-mixed", "prefill", "bf16", "bf16"),
+        ("mamba3", "torch-mixed", "train", "bf16", "bf16"),
+        ("deltanet", "torch-mixed", "prefill", "bf16", "bf16"),
+        ("mamba2", "torch-mixed", "prefill", "fp32", "fp32"),  # fp32: torch's arithmetic
+        ("mamba", "torch-mixed", "prefill", "bf16", "fp32"),  # not offered: unavailable
+        ("mamba2", "torch-mixed", "decode", "bf16", "fp32"),  # torch's step, widened
+        ("mamba2", "fused-graph", "decode", "bf16", "fp32"),
+        ("hybrid", "torch", "prefill", "bf16", "fp32"),  # the widest of its parts
+        ("hybrid", "fused", "prefill", "bf16", "bf16"),
+        ("hybrid", "torch-mixed", "train", "bf16", "bf16"),
+        ("hybrid", "torch-mixed", "decode", "bf16", "fp32"),
+    ],
+    ids=str,
+)
+def test_compute_dtype_is_what_the_operator_runs_in(model, backend, phase, dtype, expected):
+    assert sbconfig.compute_dtype(model, backend, phase, dtype) == expected
+
+
+def test_every_list_of_backends_is_the_registrys():
+    """The config schema's two enums, the command line's choices and the figures' styles
+    and tiers name exactly the backends ssmbench.models registers (graph ones included)."""
+    import yaml
+
+    from ssmbench import __main__ as cli
+    from ssmbench import plots
+    from ssmbench.models import ALL_BACKENDS
+
+    backends = [*ALL_BACKENDS, *sbconfig.GRAPH_BACKENDS]
+    with open(sbconfig.SCHEMA) as f:
+        schema = yaml.safe_load(f)
+
+    def enums(node):
+        """Every ``backends: {items: {enum: [...]}}`` in the schema."""
+        if isinstance(node, dict):
+            found = node.get("backends", {}).get("items", {}).get("enum")
+            return ([found] if found else []) + [e for v in node.values() for e in enums(v)]
+        return [e for v in node for e in enums(v)] if isinstance(node, list) else []
+
+    assert len(enums(schema)) == 2 and "torch-mixed" in backends
+    for names in (*enums(schema), cli.BACKENDS, plots.BACKEND_STYLES, plots.BACKEND_TIERS):
+        assert sorted(names) == sorted(backends)

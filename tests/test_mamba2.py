@@ -277,7 +277,7 @@ def test_unknown_backend_raises():
         mixer(torch.zeros(1, 3, SMALL_SIZE.d_model), "cuda-kernels")
     with pytest.raises(ValueError, match="'cuda-kernels'.*naive"):
         mixer.step(torch.zeros(1, SMALL_SIZE.d_model), None, "cuda-kernels")
-    assert set(SSD_BACKENDS) == {*BACKENDS, "fused"}
+    assert set(SSD_BACKENDS) == {*BACKENDS, "torch-mixed", "fused"}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

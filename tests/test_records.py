@@ -141,6 +141,27 @@ def test_tables_from_records(tmp_path):
     pd.testing.assert_frame_equal(back, cells, check_dtype=False)
 
 
+def test_compute_dtype_is_recorded_tabulated_and_optional_in_old_tables(tmp_path):
+    """The record and the cells table carry compute_dtype; a table written before the
+    column (the shipped ones) still reads."""
+    widened = make_record(dtype="bf16", compute_dtype="fp32")
+    path = tmp_path / "r.json"
+    records.write_record(path, widened)
+    assert records.read_record(path).compute_dtype == "fp32"
+    with pytest.raises(ValueError, match="compute_dtype"):
+        records.validate_record({**widened.to_dict(), "compute_dtype": "int8"})
+    cells = tables.cells_table([widened, make_record(seq_len=128, compute_dtype="")])
+    assert "compute_dtype" in tables.CELL_COLUMNS and list(cells.compute_dtype) == ["fp32", ""]
+    tables.write_tables({"cells": cells}, {"cells.csv": str(tmp_path / "cells.csv")})
+    assert list(tables.read_cells(tmp_path / "cells.csv").compute_dtype) == ["fp32", ""]
+    old = tmp_path / "old.csv"
+    cells.drop(columns=["compute_dtype"]).to_csv(old, index=False)
+    assert "compute_dtype" not in tables.read_cells(old)
+    shipped = sorted(Path(tables.__file__).parents[2].glob("results/precollected/*/tables"))
+    for table in shipped:
+        assert len(tables.read_cells(table / "cells.csv")) > 0
+
+
 def test_tables_refuse_duplicate_cells_and_p95_below_median(tmp_path):
     with pytest.raises(pa.errors.SchemaError, match="p95_ge_median"):
         tables.cells_table([make_record(time_ms_p95=1.0)])

@@ -14,7 +14,7 @@ import torch
 from ssmbench import ops
 from ssmbench.config import Size
 from ssmbench.models import BACKENDS, build_model
-from ssmbench.models.s4d import S4D_BACKENDS, S4DMixer, build_mixer, expm1_over_z
+from ssmbench.models.s4d import S4DMixer, build_mixer, expm1_over_z
 from ssmbench.numerics import assert_close, to_numpy
 from ssmbench.reference.s4d import expm1_over_z as expm1_over_z_reference
 from ssmbench.reference.s4d import s4d as s4d_reference
@@ -208,7 +208,7 @@ def test_mixer_init_and_cache():
 
     x = torch.randn(2, 19, H, generator=torch.Generator().manual_seed(8))
     with torch.no_grad():
-        outs = {backend: mixer(x, backend) for backend in S4D_BACKENDS}
+        outs = {backend: mixer(x, backend) for backend in BACKENDS}
     (y, (state,)), (y_naive, (state_naive,)) = outs["torch"], outs["naive"]
     assert y.shape == x.shape
     assert state.shape == (2, H, n) and state.dtype == torch.complex64

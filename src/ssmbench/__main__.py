@@ -30,7 +30,8 @@ from ssmbench.scripting import positive_int
 
 # The same names as ssmbench.models.FAMILIES, without importing torch for --help.
 FAMILIES = ["attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid"]
-BACKENDS = ["naive", "torch", "compile", "fused", "torch-graph", "fused-graph"]
+# ... and of ssmbench.models.ALL_BACKENDS with the graph backends (tests/test_ops.py checks)
+BACKENDS = ["naive", "torch", "torch-mixed", "compile", "fused", "torch-graph", "fused-graph"]
 
 
 def _preset(name: str) -> dict:

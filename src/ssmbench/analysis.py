@@ -25,6 +25,7 @@ from ssmbench.tables import KEYS, family_of
 BACKEND_TIERS = {
     "naive": 0,
     "torch": 1,
+    "torch-mixed": 1,
     "compile": 1,
     "torch-graph": 1,
     "fused": 2,
@@ -162,7 +163,9 @@ def go_no_go_table(
                     _cell(point, ssm, pair.backend, s),
                 )
                 row.update(
-                    attention_compute_dtype=_compute_dtype(a), ssm_compute_dtype=_compute_dtype(s)
+                    attention_compute_dtype=pair.get("attention_compute_dtype", "")
+                    or _compute_dtype(a),
+                    ssm_compute_dtype=pair.get("ssm_compute_dtype", "") or _compute_dtype(s),
                 )
             else:
                 low, high = _unpaired(a, s, by_cell)

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from ssmbench import counts as counts_mod
-from ssmbench.config import Cell, Size, Timing
+from ssmbench.config import Cell, Size, Timing, compute_dtype
 from ssmbench.provenance import cpu_model, git_state, now
 from ssmbench.records import CellRecord
 
@@ -240,6 +240,7 @@ def run_cell(
         started=now(),
         git_commit=git_state()["commit"],
         verify=verify_summary(verify) if verify is not None else None,
+        compute_dtype=compute_dtype(c.model, c.backend, c.phase, c.dtype),
     )
     timeout_s = spec.timing.timeout_s
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -664,10 +665,12 @@ def _measure_into(
         if record.llc_bytes:
             record.cache_resident = n.bytes <= record.llc_bytes
 
+        # the ceiling of the precision the operator computes in, not of the cell's dtype
         ceilings = device_info.get("ceilings") or {}
-        record.ceiling_tflops = (ceilings.get("tflops") or {}).get(c.dtype)
+        record.ceiling_tflops = (ceilings.get("tflops") or {}).get(record.compute_dtype)
         record.ceiling_bw_gbps = ceilings.get("bw_gbps")
-        for key, value in utilization(record.tflops, record.bw_gbps, device_info, c.dtype).items():
+        achieved = utilization(record.tflops, record.bw_gbps, device_info, record.compute_dtype)
+        for key, value in achieved.items():
             setattr(record, key, value)
 
     energy = meter.result

@@ -42,6 +42,74 @@ def paired_attention(cell: Cell) -> Cell:
     return Cell("attention", cell.backend, cell.phase, cell.batch, cell.seq_len, 0, cell.dtype)
 
 
+HALF_DTYPES = ("fp16", "bf16")
+# The hybrid's layers (ssmbench.models.hybrid): attention and Mamba-2 mixers.
+HYBRID_PARTS = ("attention", "mamba2")
+# The SSM operators whose sequence form runs its matmuls in half precision, by backend
+# (fp32 accumulation, fp32 decays and state): mamba_ssm's and fla's chunked kernels, and
+# the torch-mixed forms (ssmbench.models: mamba2, mamba3, deltanet; the other families
+# raise BackendUnavailable).  Mamba-1's fused scan has no matmul: mamba_ssm's
+# selective_scan_cuda loads half inputs and scans in float32 registers.
+HALF_MATMULS = {
+    "fused": ("mamba2", "mamba3", "deltanet"),
+    "torch-mixed": ("mamba2", "mamba3", "deltanet"),
+}
+
+
+def compute_dtype(model: str, backend: str, phase: str, dtype: str) -> str:
+    """The precision a cell's sequence operator (its matmuls and state updates) runs in,
+    which its utilization is measured against (``ceiling_tflops``, ``compute_util``).
+
+    Projections (nn.Linear) always run in the cell's ``dtype``; what differs is the
+    operator.  For half-precision cells (fp16, bf16):
+
+    ========================  ===================  =========  =================================
+    model                     backend              phase      compute_dtype
+    ========================  ===================  =========  =================================
+    attention                 every one            every one  the cell's: matmuls, SDPA or
+                                                              FlashAttention in it (fp32
+                                                              accumulation)
+    mamba2, mamba3, deltanet  fused, fused-graph,  prefill,   the cell's: matmul operands in
+                              torch-mixed          train      half, fp32 accumulation, fp32
+                                                              decays and state (HALF_MATMULS)
+    s4d, mamba, mamba2,       naive, torch,        every one  fp32: the operator widens its
+    mamba3, deltanet          compile, torch-graph            inputs (models.common.widen)
+    mamba                     fused, fused-graph   every one  fp32: a float32 scan, no matmul
+    any SSM                   every one            decode     fp32: a one-token step updates
+                                                              an fp32 state elementwise
+                                                              (torch-mixed runs torch's step)
+    hybrid                    as its parts         as parts   fp32 if any part runs in fp32,
+                                                              else the cell's
+    ========================  ===================  =========  =================================
+
+    A lower precision is never claimed: a hybrid cell is reported at the widest precision
+    any of its operators runs in (its attention layers run half in every backend, so its
+    Mamba-2 layers decide).  A backend a family does not offer (torch-mixed of s4d and
+    mamba, fused of s4d) counts as widened; its cells are ``unavailable`` anyway, as are
+    torch-mixed's fp16 cells (ssmbench.models.common.mixed_matmul_dtype).  An fp32
+    or fp64 cell computes in its own dtype throughout.  (fp32 through a fused Triton kernel
+    on CUDA multiplies in TF32, which this device-free rule does not say.)
+
+    Returns:
+        "fp64", "fp32", "fp16" or "bf16".
+    """
+    if dtype not in HALF_DTYPES:
+        return dtype
+    parts = HYBRID_PARTS if model == "hybrid" else (model,)
+    if any(_widened(part, verified_backend(backend), phase) for part in parts):
+        return "fp32"
+    return dtype
+
+
+def _widened(family: str, backend: str, phase: str) -> bool:
+    """Whether ``family``'s operator computes a half-precision cell in float32."""
+    if family == "attention":
+        return False
+    if phase == "decode":
+        return True
+    return family not in HALF_MATMULS.get(backend, ())
+
+
 class ConfigError(ValueError):
     """A config the workflow refuses to run; the message names the key and the value."""
 

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable
 
 from ssmbench import paths
-from ssmbench.config import Cell
+from ssmbench.config import Cell, compute_dtype
 from ssmbench.records import CellRecord
 
 NOT_REACHED = {
@@ -55,7 +55,13 @@ def unfinished_records(
             status, reason = "not_run", NOT_REACHED[stopped]
         records.append(
             CellRecord(
-                run=run, **vars(c), device=device, size=dict(size), status=status, reason=reason
+                run=run,
+                **vars(c),
+                device=device,
+                size=dict(size),
+                status=status,
+                reason=reason,
+                compute_dtype=compute_dtype(c.model, c.backend, c.phase, c.dtype),
             )
         )
     return records

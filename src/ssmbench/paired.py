@@ -22,7 +22,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 
-from ssmbench.config import Cell, paired_attention
+from ssmbench.config import Cell, compute_dtype, paired_attention
 from ssmbench.records import STATUSES, write_json_atomic
 
 PAIRED_SCHEMA_VERSION = 1
@@ -50,6 +50,9 @@ class PairedRecord:
     seed: int = 0
     cache_source: str = ""  # decode: "prefill" or "random", for both sides
     kv_cache: str = ""  # attention decode: "in-place" or "concatenated"
+    # the precision each side's operator computes in (ssmbench.config.compute_dtype)
+    attention_compute_dtype: str = ""
+    ssm_compute_dtype: str = ""
     timing: dict = field(default_factory=dict)  # the pair's sampling budget
     # rounds: sample i of both sides comes from round i (A B in even rounds, B A in odd)
     warmup: int = 0
@@ -152,6 +155,8 @@ def run_paired(spec, verify: dict[str, dict] | None = None, threads: int | None 
         seed=spec.seed,
         timing=asdict(spec.timing),
         cache_source=spec.cache_source if c.phase == "decode" else "",
+        attention_compute_dtype=compute_dtype("attention", c.backend, c.phase, c.dtype),
+        ssm_compute_dtype=compute_dtype(c.model, c.backend, c.phase, c.dtype),
         started=now(),
         git_commit=git_state()["commit"],
         verify={m: verify_summary(v) for m, v in verify.items()} if verify else None,

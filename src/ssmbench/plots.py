@@ -44,6 +44,7 @@ FAMILY_COLORS = {
 BACKEND_STYLES = {
     "naive": dict(linestyle=":", marker="o"),
     "torch": dict(linestyle="-", marker="s"),
+    "torch-mixed": dict(linestyle="-", marker="h"),
     "compile": dict(linestyle="--", marker="^"),
     "fused": dict(linestyle="-", marker="D", linewidth=2.2),
     "torch-graph": dict(linestyle="-.", marker="v"),

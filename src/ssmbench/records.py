@@ -58,8 +58,11 @@ class CellRecord:
     intensity: float | None = None
     tflops: float | None = None
     bw_gbps: float | None = None
-    # utilization: fractions of the ceilings measured by `calibrate` (device.json), and
-    # of the datasheet peaks beside them where the device has a datasheet entry
+    # the precision the sequence operator computes in (ssmbench.config.compute_dtype),
+    # whose ceilings the utilization divides by: e.g. "fp32" for a bf16 cell that widens
+    compute_dtype: str = ""
+    # utilization: fractions of the ceilings measured by `calibrate` (device.json) for the
+    # compute dtype, and of the datasheet peaks beside them where the device has an entry
     ceiling_tflops: float | None = None
     ceiling_bw_gbps: float | None = None
     compute_util: float | None = None

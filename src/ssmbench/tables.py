@@ -46,6 +46,7 @@ CELL_COLUMNS = KEYS + [
     "tflops",
     "bw_gbps",
     "spread",
+    "compute_dtype",
     "ceiling_tflops",
     "ceiling_bw_gbps",
     "compute_util",
@@ -108,6 +109,14 @@ CELLS_SCHEMA = pa.DataFrameSchema(
         "tflops": _float(),
         "bw_gbps": _float(),
         "spread": _float(),
+        # absent from tables written before the column (results/precollected)
+        "compute_dtype": pa.Column(
+            str,
+            pa.Check.isin(["", "fp64", "fp32", "fp16", "bf16"]),
+            nullable=True,
+            required=False,
+            coerce=True,
+        ),
         "ceiling_tflops": _float(),
         "ceiling_bw_gbps": _float(),
         "compute_util": _float(),
@@ -173,6 +182,8 @@ PAIRED_COLUMNS = KEYS + [
     "reason",
     "cache_source",
     "kv_cache",
+    "attention_compute_dtype",
+    "ssm_compute_dtype",
     "n_rounds",
     "attention_ms",
     "ssm_ms",
@@ -208,6 +219,8 @@ _PAIRED_TEXT = (
     "reason",
     "cache_source",
     "kv_cache",
+    "attention_compute_dtype",
+    "ssm_compute_dtype",
     "git_commit",
 )
 PAIRED_SCHEMA = pa.DataFrameSchema(
@@ -219,6 +232,8 @@ PAIRED_SCHEMA = pa.DataFrameSchema(
         "reason": pa.Column(str),
         "cache_source": pa.Column(str),
         "kv_cache": pa.Column(str),
+        "attention_compute_dtype": pa.Column(str),
+        "ssm_compute_dtype": pa.Column(str),
         "n_rounds": pa.Column(int, pa.Check.ge(0), coerce=True),
         **{c: pa.Column(float, nullable=True, coerce=True) for c in _PAIRED_FLOATS},
         "git_commit": pa.Column(str),
@@ -401,6 +416,7 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
             "energy_reason",
             "family",
             "host_allocator",
+            "compute_dtype",
         )
         df = pd.read_csv(path, dtype={c: object for c in text_columns})
         for col in text_columns:

@@ -20,9 +20,11 @@ from ssmbench.models.common import ResidualStack
 FAMILIES = ("attention", "mamba", "s4d", "mamba2", "mamba3", "deltanet", "hybrid")
 # Eager backends every family implements; "compile" is torch.compile of "torch" (made by
 # models.common.pick_backend), kept apart because compiling costs seconds per shape;
-# "fused" runs the ecosystem's tuned kernels (models.fused) where a family has them.
+# "fused" runs the ecosystem's tuned kernels (models.fused) where a family has them;
+# "torch-mixed" is "torch" with its matmuls in bf16 where a family's chunked form has such
+# matmuls (Mamba-2, Mamba-3, DeltaNet and the hybrid; the others raise BackendUnavailable).
 BACKENDS = ("naive", "torch")
-ALL_BACKENDS = (*BACKENDS, "compile", "fused")
+ALL_BACKENDS = (*BACKENDS, "torch-mixed", "compile", "fused")
 # GRAPH_BACKENDS (ssmbench.config): the decode step of a base backend in a CUDA graph
 DTYPES = {
     "fp64": torch.float64,

@@ -34,7 +34,7 @@ from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.models import fused
-from ssmbench.models.common import pick_backend
+from ssmbench.models.common import not_offered, pick_backend
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # (k_cache, v_cache), each (b, t, h, d)
 # backends whose decode step concatenates a new cache each token (the seeds' loop)
@@ -122,9 +122,16 @@ def attention_torch(
     return y.transpose(1, 2)  # (b t h d)
 
 
+# torch-mixed is not offered: attention's torch backend is mixed precision already
+NO_MIXED_FORM = not_offered(
+    "torch-mixed",
+    "attention's torch backend already runs SDPA in the cell's dtype (fp32 accumulation): "
+    "torch-mixed would time the same code; see its torch cells",
+)
 ATTENTION_BACKENDS = {
     "naive": attention_naive,
     "torch": attention_torch,
+    "torch-mixed": NO_MIXED_FORM,
     "fused": fused.attention_fused,  # FlashAttention-2 (flash_attn, else SDPA's flash kernel)
 }
 
@@ -191,6 +198,7 @@ def attention_step_torch(
 
 ATTENTION_STEP_BACKENDS = {
     "torch": attention_step_torch,
+    "torch-mixed": NO_MIXED_FORM,
     # flash_attn_with_kvcache, else the torch step (SDPA) on CUDA in half precision
     "fused": functools.partial(fused.attention_step_fused, without_flash=attention_step_torch),
 }

@@ -32,6 +32,34 @@ class BackendUnavailable(RuntimeError):
     """A backend that cannot run on this machine; a cell records it as ``unavailable``."""
 
 
+def not_offered(backend: str, reason: str) -> Callable:
+    """The entry of a backend table for a backend the family does not offer: calling it
+    raises :class:`BackendUnavailable` with ``reason``, so its cells are ``unavailable``
+    and say why."""
+
+    def unavailable(*args, **kwargs):
+        raise BackendUnavailable(f"{backend}: {reason}")
+
+    unavailable.__name__ = f"{backend.replace('-', '_')}_not_offered"
+    return unavailable
+
+
+def mixed_matmul_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype of the ``torch-mixed`` backend's matmul operands for inputs like ``x``:
+    x's own.  In bf16 torch multiplies bf16 operands with fp32 accumulation; in fp32 (or
+    fp64) torch-mixed is the torch backend's arithmetic exactly.
+
+    fp16 raises :class:`BackendUnavailable`: the chunked forms fold split decays of up to
+    e^+-60 into their operands (``mamba2.FACTOR_LIMIT``, ``deltanet._LOG_FLOOR``), which
+    bf16 holds (fp32's exponent range) and fp16 (largest 65504, about e^11) does not."""
+    if x.dtype == torch.float16:
+        raise BackendUnavailable(
+            "torch-mixed takes bf16 (or fp32, where it is torch): fp16 cannot hold the "
+            "chunked forms' split decay factors (up to e^60; fp16's largest is 65504)"
+        )
+    return x.dtype
+
+
 # The sequence operator each caller of pick_backend runs, as the name of the profiler range
 # it runs in: torch.profiler users (ssmbench.measure.profile) bucket everything inside an
 # "ssm_scan" or "attention" range as such, whatever matmuls and pointwise ops it is made of.
@@ -53,8 +81,10 @@ PROFILER_SCOPES = {
 
 def pick_backend(table: dict[str, Callable], backend: str, op: str) -> Callable:
     """``table[backend]``; for ``compile``, torch.compile of ``table["torch"]``; else a
-    ValueError naming the op, the bad value and the known ones.  While torch.profiler
-    records, the call runs inside a range named by ``PROFILER_SCOPES[op]``."""
+    ValueError naming the op, the bad value and the known ones.  A backend a family does
+    not offer is in its table as :func:`not_offered` (``torch-mixed``), or missing
+    (``fused``): either raises :class:`BackendUnavailable`.  While torch.profiler records,
+    the call runs inside a range named by ``PROFILER_SCOPES[op]``."""
     if backend == "compile" and "torch" in table:
         fn = compiled(table["torch"])
     elif backend == "fused" and "fused" not in table:

@@ -59,7 +59,9 @@ Three forms that must agree (tests pin them to the NumPy reference):
 - ``delta_rule_step``: one token, for decode.
 
 All three compute in float32 at least (half inputs are widened), return o in the dtype
-of q and the state in the compute dtype.
+of q and the state in the compute dtype.  ``delta_rule_mixed`` (the ``torch-mixed``
+backend) is ``delta_rule_torch`` with its matmuls in bf16 (fp32 accumulation; decays,
+the triangular solve and the state in fp32); its decode step is ``delta_rule_step``.
 
 What this file leaves out: per-channel (vector) decays (GLA / KDA), the output gate of
 flash-linear-attention's GatedDeltaNet layer, the value expansion (d_v = 2 d_k) of some
@@ -76,7 +78,13 @@ from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.models import fused
-from ssmbench.models.common import RMSNorm, inverse_softplus, pick_backend, widen
+from ssmbench.models.common import (
+    RMSNorm,
+    inverse_softplus,
+    mixed_matmul_dtype,
+    pick_backend,
+    widen,
+)
 
 # (q_conv_state, k_conv_state, v_conv_state) each (b, h*k or h*v, d_conv), then S (b, h, k, v)
 DeltaNetCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -201,21 +209,35 @@ def _chunks_forward(
     beta: torch.Tensor,
     gamma: torch.Tensor | None,
     state: torch.Tensor,
+    matmul_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps (1)-(6) of the module docstring for consecutive chunks.
+
+    With ``matmul_dtype`` bf16 (the ``torch-mixed`` backend) every matmul takes bf16
+    operands (torch accumulates in fp32) and returns bf16, except that K K^T * L comes back
+    to fp32 for the triangular solve, which runs in fp32, and so do M and N, the state
+    recurrence's terms: the decays, the solve and the state carried across chunks stay
+    fp32, as in flash-linear-attention's chunked kernels (which read the state as bf16
+    where it enters a matmul, as here).
 
     Args:
         q, k: ``(c, n, l, k)``; v: ``(c, n, l, v)``; beta: ``(c, n, l)``; gamma: ``(c, n,
             l)``, the cumulative log-decay inside each chunk, or None (no decay); state:
             ``(n, k, v)``, entering the first chunk.  ``n`` is batch times heads.
+            Float32 or wider.
+        matmul_dtype: the matmul operands' dtype; None for q's.
 
     Returns:
-        o ``(c, n, l, v)`` and the state leaving the last chunk ``(n, k, v)``.
+        o ``(c, n, l, v)`` in ``matmul_dtype`` and the state leaving the last chunk
+        ``(n, k, v)`` in q's dtype.
     """
     C = q.shape[2]
+    wide = q.dtype
+    low = wide if matmul_dtype is None else matmul_dtype  # no copy when they agree
     if gamma is None:
-        A = k @ k.transpose(-1, -2)  # k_l^T k_s, (c n l s)
-        scores = (q @ k.transpose(-1, -2)).tril_()  # Q K^T * L with L = 1 on s <= l
+        k_t = k.transpose(-1, -2).to(low)  # (c n k s)
+        A = (k.to(low) @ k_t).to(wide)  # k_l^T k_s, (c n l s)
+        scores = (q.to(low) @ k_t).tril_()  # Q K^T * L with L = 1 on s <= l
         k_in, k_out = -k, k  # k_in is negated: see W below
         chunk_decay = None
     else:
@@ -227,18 +249,18 @@ def _chunks_forward(
         gamma_exp = _exp(gamma)[..., None]  # Gamma_l, (c n l 1)
         q_gamma = q * gamma_exp  # diag(Gamma) Q
         k_gamma = k * gamma_exp  # diag(Gamma) K
-        k_inv_t = (k * _exp(-gamma, max=-_LOG_FLOOR)[..., None]).transpose(-1, -2)  # (c n k s)
-        A = k_gamma @ k_inv_t  # k_l^T k_s L_ls, (c n l s); the solve reads only s < l
-        scores = q_gamma @ k_inv_t  # q_l^T k_s L_ls, (c n l s); masked below
+        k_inv_t = (k * _exp(-gamma, max=-_LOG_FLOOR)[..., None]).transpose(-1, -2).to(low)
+        A = (k_gamma.to(low) @ k_inv_t).to(wide)  # k_l^T k_s L_ls, (c n l s); reads s < l
+        scores = q_gamma.to(low) @ k_inv_t  # q_l^T k_s L_ls, (c n l s); masked below
         steep = gamma[..., -1] < _LOG_FLOOR  # (c n)
         if steep.any():
             ic, i_n = steep.nonzero(as_tuple=True)  # j (chunk, head) pairs
             gamma_j = gamma[ic, i_n]  # (j l)
             causal = torch.ones(C, C, dtype=q.dtype, device=q.device).tril()  # (l s): s <= l
             decay_j = _exp(gamma_j[:, :, None] - gamma_j[:, None, :], max=0.0) * causal
-            k_j_t = k[ic, i_n].transpose(-1, -2)  # (j k s)
-            A[ic, i_n] = (k[ic, i_n] @ k_j_t) * decay_j  # (j l s)
-            scores[ic, i_n] = (q[ic, i_n] @ k_j_t) * decay_j  # (j l s)
+            k_j, k_j_t = k[ic, i_n].to(low), k[ic, i_n].transpose(-1, -2).to(low)  # (j l k)
+            A[ic, i_n] = (k_j @ k_j_t).to(wide) * decay_j  # (j l s)
+            scores[ic, i_n] = ((q[ic, i_n].to(low) @ k_j_t) * decay_j).to(low)  # (j l s)
         scores = scores.tril_()  # Q K^T * L, s <= l
         q = q_gamma
         k_in = -k_gamma  # -diag(Gamma) K (negated: see W below)
@@ -254,8 +276,9 @@ def _chunks_forward(
     A.diagonal(dim1=-2, dim2=-1).copy_(1.0 / beta)  # (1), in place on a fresh tensor
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
     T = torch.linalg.solve_triangular(A.mT, eye, upper=True, left=False).mT  # (2), (c n l s)
-    w = T @ k_in  # -W, (3) with its sign flipped: W = T diag(Gamma) K, (c n l k)
-    u_tilde = T @ v  # (3) U~ = T V, (c n l v)
+    T = T.to(low)
+    w = T @ k_in.to(low)  # -W, (3) with its sign flipped: W = T diag(Gamma) K, (c n l k)
+    u_tilde = T @ v.to(low)  # (3) U~ = T V, (c n l v)
 
     # (4) and (6) carried across chunks.  Substituting (4) into (6) gives an affine map
     # per chunk, S_C = M S_0 + N with M = Gamma_C I - K_out^T W and N = K_out^T U~
@@ -263,9 +286,9 @@ def _chunks_forward(
     # once, which leaves one small matmul per chunk for the loop; (4) then runs batched
     # once every chunk's S_0 is known.  Without autograd each step writes its state
     # straight into the tensor of all of them (``out=`` records no graph)
-    k_out_t = k_out.transpose(-1, -2)  # (c n k l)
-    N = k_out_t @ u_tilde  # (c n k v)
-    M = k_out_t @ w  # (c n k k), -K_out^T W, fresh: the diagonal is set in place below
+    k_out_t = k_out.transpose(-1, -2).to(low)  # (c n k l)
+    N = (k_out_t @ u_tilde).to(wide)  # (c n k v)
+    M = (k_out_t @ w).to(wide)  # (c n k k), -K_out^T W, fresh: its diagonal is set below
     if chunk_decay is None:
         M.diagonal(dim1=-2, dim2=-1).add_(1.0)
     else:
@@ -281,13 +304,13 @@ def _chunks_forward(
         states[0] = state
         for c in range(n_chunks):
             torch.baddbmm(N[c], M[c], states[c], out=states[c + 1])  # (6)
-    S0 = states[:-1].flatten(0, 1)  # S_0 per chunk, (c*n k v)
+    S0 = states[:-1].flatten(0, 1).to(low)  # S_0 per chunk, (c*n k v)
     state = states[-1].clone()  # the state leaving the last chunk, in its own storage
     new_values = torch.baddbmm(u_tilde.flatten(0, 1), w.flatten(0, 1), S0)  # (4) U = U~ - W S_0
 
     # (5): every chunk's outputs at once, (Q K^T * L) U + diag(Gamma) Q S_0
     o = torch.bmm(scores.flatten(0, 1), new_values)  # (c*n l v), fresh: updated in place
-    o.baddbmm_(q.flatten(0, 1), S0)  # (c*n l v)
+    o.baddbmm_(q.flatten(0, 1).to(low), S0)  # (c*n l v)
     return o.view_as(u_tilde), state
 
 
@@ -319,6 +342,12 @@ def delta_rule_torch(
         o: ``(b, t, h, v)`` in the dtype of q, and the final state ``(b, h, k, v)`` in
         float32 or wider.
     """
+    return _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, matmul_dtype=None)
+
+
+def _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, matmul_dtype):
+    """:func:`delta_rule_torch` with the matmuls' operands in ``matmul_dtype`` (None: the
+    widened inputs' float32)."""
     _check_shapes(q, k, v, beta, g, initial_state, "delta_rule")
     if chunk_size < 1:
         raise ValueError(f"delta_rule: chunk_size must be >= 1, got {chunk_size}")
@@ -346,10 +375,35 @@ def delta_rule_torch(
     for start in range(0, n_chunks, segment):
         part = slice(start, start + segment)
         gamma_part = None if gamma is None else gamma[part]
-        o, state = _chunks_forward(q[part], k[part], v[part], beta[part], gamma_part, state)
+        o, state = _chunks_forward(
+            q[part], k[part], v[part], beta[part], gamma_part, state, matmul_dtype
+        )
         outputs.append(o.unflatten(1, (b, h)).movedim((0, 3), (1, 2)))  # (b c l h v)
     o = torch.cat(outputs, dim=1).reshape(b, -1, h, dv)[:, :T]  # (b t h v)
     return o.to(out_dtype), state.reshape(b, h, dk, dv)
+
+
+def delta_rule_mixed(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (gated) delta rule, chunkwise, in mixed precision (the ``torch-mixed``
+    backend): :func:`delta_rule_torch` with its matmuls on bf16 operands of q's dtype (fp32
+    accumulation); the decay cumsums and exps, the UT transform's triangular solve, the
+    state recurrence across chunks and the final state are fp32, as in
+    flash-linear-attention's ``chunk_gated_delta_rule``.  In fp32 it is
+    :func:`delta_rule_torch`; fp16 is unavailable
+    (:func:`~ssmbench.models.common.mixed_matmul_dtype`).
+
+    Args and returns as :func:`delta_rule_torch`.
+    """
+    matmul_dtype = mixed_matmul_dtype(q)
+    return _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, matmul_dtype)
 
 
 def delta_rule_step(
@@ -383,11 +437,14 @@ def delta_rule_step(
 DELTA_RULE_BACKENDS = {
     "naive": delta_rule_naive,
     "torch": delta_rule_torch,
+    "torch-mixed": delta_rule_mixed,
     "fused": fused.delta_rule_fused,  # flash-linear-attention's chunk (gated) delta rule
 }
+# one token: no matmul worth running in half precision, torch-mixed takes torch's step
 DELTA_RULE_STEP_BACKENDS = {
     "naive": delta_rule_step,
     "torch": delta_rule_step,
+    "torch-mixed": delta_rule_step,
     "fused": fused.delta_rule_step_fused,  # fla's fused recurrent kernel, one token
 }
 

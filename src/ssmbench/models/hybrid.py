@@ -8,20 +8,49 @@ Each layer keeps its own cache (the SSM state and conv window, or the KV cache),
 decode carries both kinds side by side.
 
 The hybrid has no operator of its own: its backends are those of its parts, and
-``verify`` checks both operators and the stacked block.  Left out: Jamba's MoE MLPs (the
-benchmark's blocks have no MLP) and its sizes.
+``verify`` checks both operators and the stacked block.  One exception: ``torch-mixed``
+runs the Mamba-2 layers' mixed form and the attention layers' ``torch`` backend, whose
+SDPA runs in the cell's dtype already (attention alone does not offer torch-mixed: it
+would be its torch backend), so that every layer of a bf16 hybrid computes in bf16.
+Left out: Jamba's MoE MLPs (the benchmark's blocks have no MLP) and its sizes.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.models import attention, mamba2
 
+# The backend an attention layer of the hybrid runs for the hybrid's backend, where not
+# the same: torch-mixed means "every layer in the cell's half precision", which is what
+# attention's torch backend does.
+ATTENTION_BACKEND_OF = {"torch-mixed": "torch"}
+
+
+def attention_backend(backend: str) -> str:
+    """The backend the hybrid's attention layers run when the hybrid runs ``backend``."""
+    return ATTENTION_BACKEND_OF.get(backend, backend)
+
+
+class HybridAttentionMixer(attention.AttentionMixer):
+    """An attention layer of the hybrid: :class:`~ssmbench.models.attention.AttentionMixer`
+    with the hybrid's backend mapped by :func:`attention_backend` (same weights, same
+    caches)."""
+
+    def forward(self, x: torch.Tensor, backend: str):
+        return super().forward(x, attention_backend(backend))
+
+    def step(self, x_t: torch.Tensor, cache, backend: str):
+        return super().step(x_t, cache, attention_backend(backend))
+
+    def decode_cache(self, cache, capacity: int, backend: str):
+        return super().decode_cache(cache, capacity, attention_backend(backend))
+
 
 def build_mixer(size: Size, d_state: int, layer: int) -> nn.Module:
     """Layer ``layer`` of the hybrid: a Mamba-2 or an attention mixer (see module doc)."""
     if size.layer_kind(layer) == "A":
-        return attention.build_mixer(size, d_state, layer)
+        return HybridAttentionMixer(size.d_model, size.n_heads, size.head_dim)
     return mamba2.build_mixer(size, d_state, layer)

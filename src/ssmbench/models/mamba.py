@@ -43,7 +43,7 @@ from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.models import fused
-from ssmbench.models.common import inverse_softplus, pick_backend, widen
+from ssmbench.models.common import inverse_softplus, not_offered, pick_backend, widen
 from ssmbench.models.mamba2 import FACTOR_LIMIT
 
 MambaCache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, d, d_conv), ssm_state (b, d, n))
@@ -418,14 +418,24 @@ def selective_scan_step(
     return _output_gate(y, u, D, z).to(out_dtype), state
 
 
+# torch-mixed is not offered: the torch form's matmuls are the blocks' prefix sums of
+# log-decays and their exps' products, which half precision cannot hold (mamba_ssm's
+# selective_scan_cuda scans in fp32 too)
+NO_MIXED_FORM = not_offered(
+    "torch-mixed",
+    "Mamba-1's torch form is a scan in log space whose matmuls are prefix sums of "
+    "log-decays, which must stay fp32: it has no matmuls to run in half precision",
+)
 SCAN_BACKENDS = {
     "naive": selective_scan_naive,
     "torch": selective_scan_torch,
+    "torch-mixed": NO_MIXED_FORM,
     "fused": fused.selective_scan_fused,  # mamba_ssm's CUDA selective_scan_fn
 }
 SCAN_STEP_BACKENDS = {
     "naive": selective_scan_step,
     "torch": selective_scan_step,
+    "torch-mixed": NO_MIXED_FORM,
     "fused": fused.selective_scan_step_fused,  # mamba_ssm's Triton selective_state_update
 }
 

@@ -35,7 +35,10 @@ Three forms that must agree (tests pin them to the NumPy reference):
 - ``ssd_step``: one token, for decode.
 
 All three compute in float32 at least (half inputs are widened), return y in the dtype
-of x and the state in the compute dtype, as ``models/mamba.py`` does.
+of x and the state in the compute dtype, as ``models/mamba.py`` does.  ``ssd_mixed`` (the
+``torch-mixed`` backend) is ``ssd_chunked`` with its in-chunk matmuls in bf16 (fp32
+accumulation, decays and state), as mamba_ssm's kernels run them; its decode step is
+``ssd_step``.
 
 What this file leaves out: mamba_ssm's fused Triton kernels (the ``fused`` backend's
 job), variable-length packed batches (``seq_idx``), the ``dt_limit`` clamp, and the
@@ -53,7 +56,14 @@ from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.models import fused
-from ssmbench.models.common import RMSNorm, cumsum, inverse_softplus, pick_backend, widen
+from ssmbench.models.common import (
+    RMSNorm,
+    cumsum,
+    inverse_softplus,
+    mixed_matmul_dtype,
+    pick_backend,
+    widen,
+)
 
 Mamba2Cache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, conv_dim, d_conv),
 #                                                   ssm_state (b, h, p, n))
@@ -198,6 +208,14 @@ def _exp_within(log_value: torch.Tensor, limit: float = FACTOR_LIMIT) -> torch.T
     return log_value.clamp(-limit, limit).exp_()
 
 
+def _matmul(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``a @ b`` with both operands in ``dtype`` (bf16: torch accumulates in fp32), the
+    product in a's dtype; the plain product when a and b are in ``dtype`` already."""
+    if a.dtype == dtype and b.dtype == dtype:
+        return a @ b
+    return (a.to(dtype) @ b.to(dtype)).to(a.dtype)
+
+
 def chunked_scan(
     x: torch.Tensor,
     log_decay: torch.Tensor,
@@ -207,6 +225,7 @@ def chunked_scan(
     initial_state: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
     skip: torch.Tensor | None = None,
+    matmul_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The chunked SSD algorithm (Dao & Gu 2024, section 6 and Listing 1) for
 
@@ -235,12 +254,20 @@ def chunked_scan(
     factors) that head's chunk is recomputed with the exact decay matrix,
     ``exp(cum_l - cum_s)``, floored at e^LOG_DECAY_FLOOR.
 
+    With ``matmul_dtype`` bf16 (the ``torch-mixed`` backend) the operands of blocks 1, 2
+    and 4 are rounded to bf16 once their decay factors are on them, and torch multiplies
+    them with fp32 accumulation, as mamba_ssm's chunk kernels do; the prefix sums, the
+    exps, block 3 (the state passed between chunks) and the state stay in fp32.  C B^T
+    stays bf16 as the next product's operand, Y_diag until block 4 adds the state's part in
+    the same bf16 GEMM; the chunk states and Y come back to fp32.
+
     Args:
         x: ``(b, t, h, p)``; log_decay: ``(b, t, h)``, a_t <= 0; B, C: ``(b, t, g, n)``,
             h divisible by g (head = g * (h / g) + r); initial_state: ``(b, h, p, n)`` or
             None for zeros; weight: ``(b, t, h)`` or None for 1; skip: ``(h,)``,
             ``(b, t, h)`` or None.  One float dtype of at least 32 bits.
         chunk_size: Q; any positive value gives the same result.
+        matmul_dtype: the dtype of the in-chunk matmuls' operands; None for x's.
 
     Returns:
         y ``(b, t, h, p)`` and the final state ``(b, h, p, n)``.
@@ -259,6 +286,7 @@ def chunked_scan(
         if skip is not None and skip.dim() == 3:
             skip = F.pad(skip, (0, 0, 0, pad))  # (b cQ h)
     bgc = b * g * c
+    low = x.dtype if matmul_dtype is None else matmul_dtype  # the matmul operands' dtype
 
     def by_group(v: torch.Tensor) -> torch.Tensor:
         """(b c l g ...) -> (bgc, l, ...): a matmul operand; a view when g == 1."""
@@ -282,17 +310,17 @@ def chunked_scan(
     else:
         Bs, Cs, Xs = B, C, X * w_in[..., None]  # (b c l g n), (b c l g n), (b c l g r p)
 
-    Cs, Xs = by_group(Cs), by_group(Xs)  # (bgc l n), (bgc l rp)
+    Cs, Xs = by_group(Cs).to(low), by_group(Xs).to(low)  # (bgc l n), (bgc l rp)
     # B^T in its own storage: both products that read it then take a row-major operand,
     # which CPU GEMMs run faster than a transposed one (1.8x for C B^T here)
-    Bs_t = Bs.permute(0, 3, 1, 4, 2).reshape(bgc, n, Q)  # (bgc n s)
+    Bs_t = Bs.permute(0, 3, 1, 4, 2).reshape(bgc, n, Q).to(low)  # (bgc n s)
 
     # 1. diagonal blocks: tril(C B^T) x, with the split decay on the operands
     CB = torch.bmm(Cs, Bs_t).tril_()  # (bgc l s), s <= l
     Y = torch.bmm(CB, Xs)  # (bgc l rp)
 
     # 2. chunk states, transposed (n, r p): S = exp(m) B^T x  (the factors from 1.)
-    S = torch.bmm(Bs_t, Xs).view(b, g, c, n, r, p)
+    S = torch.bmm(Bs_t, Xs).to(x.dtype).view(b, g, c, n, r, p)
     S = S.mul_(to_mid[:, :, :, None, :, None])  # (b g c n r p)
 
     steep = (total[:, :, 0] < -2 * FACTOR_LIMIT).movedim(2, 1)  # (b g c r)
@@ -304,7 +332,7 @@ def chunked_scan(
             x_k = x_k * weight.view(b, c, Q, g, r)[ib, ic, :, ig, ir][..., None]
         B_k, C_k = B[ib, ic, :, ig], C[ib, ic, :, ig]  # (k s n), (k l n)
         to_end = _decay(cum_k[:, -1:] - cum_k)  # (k s), exp(cum_Q - cum_s)
-        S[ib, ig, ic, :, ir] = B_k.mT @ (x_k * to_end[..., None])  # (k n p), exact
+        S[ib, ig, ic, :, ir] = _matmul(B_k.mT, x_k * to_end[..., None], low)  # (k n p), exact
 
     # 3. between chunks: H_z = sum_{j <= z} exp(total of chunks j+1 .. z) S'_j on the
     # chunk boundaries z = 0 .. c, with S'_0 the initial state and S'_j = S_{j-1}
@@ -321,15 +349,17 @@ def chunked_scan(
 
     # 4. state to output, Y += exp(cum_l - m) C_l (exp(m) H), r heads of a group at once
     H = H.permute(0, 1, 3, 4, 2, 5)  # (b g c n r p)
-    H_mid = (H * to_mid[:, :, :, None, :, None]).reshape(bgc, n, r * p)
-    Y = Y.baddbmm_(Cs, H_mid).view(b, g, c, Q, r, p).movedim(1, 3)  # (b c l g r p)
+    H_mid = (H * to_mid[:, :, :, None, :, None]).reshape(bgc, n, r * p).to(low)
+    Y = Y.baddbmm_(Cs, H_mid).to(x.dtype)  # (bgc l rp), Y_diag + Y_off in one accumulator
+    Y = Y.view(b, g, c, Q, r, p).movedim(1, 3)  # (b c l g r p)
     if r > 1:
         Y = Y.mul_(w_out[..., None])  # (b c l g r p)
     if steep.any():
         L = _segsum_decay(cum_k)  # (k l s), exp(cum_l - cum_s), 1 above the diagonal
-        CB_k = torch.bmm(C_k, B_k.mT).tril_()  # (k l s)
-        Y_k = torch.bmm(L * CB_k, x_k)  # (k l p), exact Y_diag
-        Y_k = Y_k.addcmul_(_decay(cum_k)[..., None], C_k @ H[ib, ig, ic, :, ir])  # + Y_off
+        CB_k = _matmul(C_k, B_k.mT, low).tril_()  # (k l s)
+        Y_k = _matmul(L * CB_k, x_k, low)  # (k l p), exact Y_diag
+        Y_off = _matmul(C_k, H[ib, ig, ic, :, ir], low)  # (k l p)
+        Y_k = Y_k.addcmul_(_decay(cum_k)[..., None], Y_off)  # + Y_off
         Y[ib, ic, :, ig, ir] = Y_k
 
     # y = Y + k x, token-major (b t h p); the pass that adds k x also does the layout
@@ -367,14 +397,45 @@ def ssd_chunked(
         y: ``(b, t, h, p)`` in the dtype of x, and the final state ``(b, h, p, n)`` in
         float32 or wider.
     """
+    return _ssd_chunked(x, dt, A, B, C, D, chunk_size, initial_state, matmul_dtype=None)
+
+
+def _ssd_chunked(x, dt, A, B, C, D, chunk_size, initial_state, matmul_dtype):
+    """:func:`ssd_chunked` with the in-chunk matmuls' operands in ``matmul_dtype`` (None:
+    the widened inputs' float32)."""
     _check_shapes(x, dt, A, B, C)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     out_dtype = x.dtype
     x, dt, A, B, C, D, initial_state = widen(x, dt, A, B, C, D, initial_state)
     # eq. 1 discretised: the input dt x (Euler for B), the decay exp(dt A)
-    y, final_state = chunked_scan(x, dt * A, B, C, chunk_size, initial_state, weight=dt, skip=D)
+    y, final_state = chunked_scan(
+        x, dt * A, B, C, chunk_size, initial_state, weight=dt, skip=D, matmul_dtype=matmul_dtype
+    )
     return y.to(out_dtype), final_state
+
+
+def ssd_mixed(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SSD by the chunked algorithm in mixed precision (the ``torch-mixed`` backend): the
+    in-chunk matmuls (C B^T, its product with x, the chunk states B^T x and the state's
+    output C H) take operands in x's dtype, bf16, and accumulate in fp32; the log-decay
+    cumsums and exps, the state passed between chunks and the final state are fp32, as in
+    mamba_ssm's ``mamba_chunk_scan_combined``.  In fp32 it is :func:`ssd_chunked`; fp16
+    is unavailable (:func:`~ssmbench.models.common.mixed_matmul_dtype`).
+
+    Args and returns as :func:`ssd_chunked`.
+    """
+    matmul_dtype = mixed_matmul_dtype(x)
+    return _ssd_chunked(x, dt, A, B, C, D, chunk_size, initial_state, matmul_dtype)
 
 
 def ssd_step(
@@ -417,12 +478,15 @@ def ssd_step(
 SSD_BACKENDS = {
     "naive": ssd_naive,
     "torch": ssd_chunked,
+    "torch-mixed": ssd_mixed,
     "fused": fused.ssd_fused,  # mamba_ssm's Triton mamba_chunk_scan_combined
 }
-# One token has no loop over time to vectorise: naive and torch share ssd_step
+# One token has no loop over time to vectorise, and no matmul worth running in half
+# precision: naive, torch and torch-mixed share ssd_step (widened to float32)
 SSD_STEP_BACKENDS = {
     "naive": ssd_step,
     "torch": ssd_step,
+    "torch-mixed": ssd_step,
     "fused": fused.ssd_step_fused,  # mamba_ssm's Triton selective_state_update
 }
 

@@ -43,7 +43,9 @@ Three forms that must agree (tests pin them to the NumPy reference):
 - ``mamba3_step``: one token, for decode.
 
 All forms compute in float32 at least (half inputs are widened), return y in the dtype of
-x and the state in the compute dtype.
+x and the state in the compute dtype.  ``mamba3_mixed`` (the ``torch-mixed`` backend) is
+``mamba3_torch`` with the SSD's in-chunk matmuls in bf16 (fp32 accumulation, decays and
+state); its decode step is ``mamba3_step``.
 
 What this file leaves out: MIMO (rank > 1) Mamba-3; mamba_ssm's data-dependent A (the
 operator takes A ``(h,)`` as DESIGN.md says, so the block learns one A per head, as
@@ -63,7 +65,14 @@ from torch import nn
 from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
 from ssmbench.models import fused
-from ssmbench.models.common import RMSNorm, cumsum, inverse_softplus, pick_backend, widen
+from ssmbench.models.common import (
+    RMSNorm,
+    cumsum,
+    inverse_softplus,
+    mixed_matmul_dtype,
+    pick_backend,
+    widen,
+)
 from ssmbench.models.mamba2 import chunked_scan
 from ssmbench.reference.mamba3 import Mamba3State
 
@@ -73,6 +82,7 @@ __all__ = [
     "Mamba3Mixer",
     "Mamba3State",
     "build_mixer",
+    "mamba3_mixed",
     "mamba3_naive",
     "mamba3_step",
     "mamba3_torch",
@@ -274,6 +284,12 @@ def mamba3_torch(
         y: ``(b, t, h, p)`` in the dtype of x, and the final :class:`Mamba3State` in
         float32 or wider.
     """
+    return _mamba3_chunked(x, dt, A, B, C, theta, lam, D, chunk_size, initial_state, None)
+
+
+def _mamba3_chunked(x, dt, A, B, C, theta, lam, D, chunk_size, initial_state, matmul_dtype):
+    """:func:`mamba3_torch` with the SSD's in-chunk matmuls' operands in ``matmul_dtype``
+    (None: the widened inputs' float32)."""
     _check_shapes(x, dt, A, B, C, theta, lam, D)
     out_dtype = x.dtype
     x, dt, A, B, C, theta, lam, D = widen(x, dt, A, B, C, theta, lam, D)
@@ -299,11 +315,44 @@ def mamba3_torch(
 
     # 3. chunked SSD, with input weight w_t = gamma_t + e_t and the diagonal as its skip
     y, ssm = chunked_scan(
-        x, dt * A, B_rot, C_rot, chunk_size, h0, weight=gamma + ahead, skip=diagonal
+        x,
+        dt * A,
+        B_rot,
+        C_rot,
+        chunk_size,
+        h0,
+        weight=gamma + ahead,
+        skip=diagonal,
+        matmul_dtype=matmul_dtype,
     )
     # the state in its own storage: slices would keep (b, t, ...) tensors alive
     last = Mamba3State(ssm, phase[:, -1], B_rot[:, -1], x[:, -1])
     return y.to(out_dtype), Mamba3State(*(part.clone() for part in last))
+
+
+def mamba3_mixed(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    theta: torch.Tensor,
+    lam: torch.Tensor,
+    D: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    initial_state: Mamba3State | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Mamba3State]:
+    """Mamba-3, chunked, in mixed precision (the ``torch-mixed`` backend):
+    :func:`mamba3_torch` with the SSD's in-chunk matmuls on bf16 operands of x's dtype
+    (fp32 accumulation); the rotation, the phase cumsum, the trapezoid's weights, the
+    decays and every state stay fp32 (:func:`ssmbench.models.mamba2.chunked_scan`).  In
+    fp32 it is :func:`mamba3_torch`; fp16 is unavailable
+    (:func:`~ssmbench.models.common.mixed_matmul_dtype`).
+
+    Args and returns as :func:`mamba3_torch`.
+    """
+    matmul_dtype = mixed_matmul_dtype(x)
+    return _mamba3_chunked(x, dt, A, B, C, theta, lam, D, chunk_size, initial_state, matmul_dtype)
 
 
 def mamba3_step(
@@ -353,11 +402,14 @@ def mamba3_step(
 MAMBA3_BACKENDS = {
     "naive": mamba3_naive,
     "torch": mamba3_torch,
+    "torch-mixed": mamba3_mixed,
     "fused": fused.mamba3_fused,  # mamba_ssm's Mamba-3 SISO kernels (GPU only)
 }
+# one token: no matmul worth running in half precision, torch-mixed takes torch's step
 MAMBA3_STEP_BACKENDS = {
     "naive": mamba3_step,
     "torch": mamba3_step,
+    "torch-mixed": mamba3_step,
     "fused": fused.mamba3_step_fused,
 }
 

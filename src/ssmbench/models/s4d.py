@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
-from ssmbench.models.common import pick_backend, widen
+from ssmbench.models.common import not_offered, pick_backend, widen
 
 S4DCache = tuple[torch.Tensor]  # (ssm_state (b, h, n) complex,)
 
@@ -258,8 +258,13 @@ def s4d_step(
     return y.to(out_dtype), state
 
 
-S4D_BACKENDS = {"naive": s4d_naive, "torch": s4d_fft}
-S4D_STEP_BACKENDS = {"naive": s4d_step, "torch": s4d_step}
+NO_MIXED_FORM = not_offered(
+    "torch-mixed",
+    "S4D's torch form is an FFT convolution in fp32 (complex kernels; cuFFT has no bf16): "
+    "it has no matmuls to run in half precision",
+)
+S4D_BACKENDS = {"naive": s4d_naive, "torch": s4d_fft, "torch-mixed": NO_MIXED_FORM}
+S4D_STEP_BACKENDS = {"naive": s4d_step, "torch": s4d_step, "torch-mixed": NO_MIXED_FORM}
 
 
 class S4DMixer(nn.Module):

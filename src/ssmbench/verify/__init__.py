@@ -41,6 +41,8 @@ from ssmbench.numerics import compare
 
 # Backends whose kernels are Triton or CUDA code of their own (mamba_ssm, fla, FlashAttention)
 FUSED = ("fused", "fused-graph")
+# Backends whose chunk size is a free parameter of PyTorch code: checked at several
+CHUNKED = ("torch", "torch-mixed")
 PHASES = ("prefill", "decode", "train")
 SEQUENCE_PHASES = ("prefill", "train")  # the sequence operator (train: its backward too)
 STEP_PHASES = ("decode",)

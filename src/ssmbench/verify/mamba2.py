@@ -1,6 +1,11 @@
 """Mamba-2's SSD against the float64 reference: every chunk size (lengths that no chunk
 divides, several chunks), and ssd_step() token by token, with D, groups of B and C
-shared by several heads, and a random initial state."""
+shared by several heads, and a random initial state.
+
+B and C are drawn with variance 1 / n, so that C . B is O(1) and so are the outputs, the
+premise of the tolerance table: with unit variance (C . B ~ N(0, n)) outputs reach 40, and
+a form with bf16 matmuls (torch-mixed, whose relative RMS error is bf16's 3e-3) misses atol
+on the outputs whose terms cancel."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import torch
 
 from ssmbench import ops, reference
 from ssmbench.numerics import compare, to_numpy
-from ssmbench.verify import SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
+from ssmbench.verify import CHUNKED, SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
 
 # (b, t, h, p, g, n): t = 37 and 70 are not multiples of 16 or 64; p = 17 and n = 5 are
 # odd; the first shape has two heads per group
@@ -31,12 +36,12 @@ def op_checks(
 ) -> tuple[list, list]:
     guard = guard or PhaseGuard()
     checks, shapes = [], []
-    chunk_sizes = SSD_CHUNK_SIZES if backend == "torch" else (None,)
+    chunk_sizes = SSD_CHUNK_SIZES if backend in CHUNKED else (None,)
     for b, t, h, p, g, n in SSD_SHAPES:
         x = inputs.randn(b, t, h, p)
         dt = inputs.rand(b, t, h, low=0.01, high=1.0)
         A = -inputs.rand(h, low=0.5, high=2.0)
-        B, C = inputs.randn(b, t, g, n), inputs.randn(b, t, g, n)
+        B, C = (inputs.randn(b, t, g, n, scale=n**-0.5) for _ in "BC")  # C . B ~ N(0, 1)
         D, h0 = inputs.randn(h), inputs.randn(b, h, p, n)
         ref_y, ref_h = reference.ssd(
             *(to_numpy(v) for v in (x, dt, A, B, C, D)), initial_state=to_numpy(h0)

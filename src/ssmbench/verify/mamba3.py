@@ -11,7 +11,15 @@ from ssmbench.numerics import compare, to_numpy
 from ssmbench.reference import ssd as reference_ssd
 from ssmbench.reference.mamba3 import Mamba3State
 from ssmbench.reference.mamba3 import mamba3 as reference_mamba3
-from ssmbench.verify import FUSED, SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard, compare_phase
+from ssmbench.verify import (
+    CHUNKED,
+    FUSED,
+    SEQUENCE_PHASES,
+    STEP_PHASES,
+    Inputs,
+    PhaseGuard,
+    compare_phase,
+)
 
 # (b, t, h, g, p, n, r): lengths that are no chunk multiple; p = 7, n = 5 (odd: the last
 # state channel is not rotated) and r < n / 2 (a partial rotation) are awkward on purpose
@@ -39,13 +47,14 @@ def op_shapes(backend: str) -> list[dict]:
 
 
 def _inputs(inputs: Inputs, b: int, t: int, h: int, g: int, p: int, n: int, r: int):
-    """(x, dt, A, B, C, theta, lam), D and a random initial state."""
+    """(x, dt, A, B, C, theta, lam), D and a random initial state; B and C with variance
+    1 / n, as in :mod:`ssmbench.verify.mamba2` (C . B and the outputs O(1))."""
     args = (
         inputs.randn(b, t, h, p),
         inputs.rand(b, t, h, low=0.05, high=0.5),  # dt
         -inputs.rand(h, low=0.5, high=2.0),  # A
-        inputs.randn(b, t, g, n),
-        inputs.randn(b, t, g, n),
+        inputs.randn(b, t, g, n, scale=n**-0.5),
+        inputs.randn(b, t, g, n, scale=n**-0.5),
         inputs.rand(b, t, h, r, low=-THETA_MAX, high=THETA_MAX),  # theta
         inputs.rand(b, t, h, low=0.0, high=1.0),  # lam
     )
@@ -73,7 +82,7 @@ def op_checks(
 ) -> tuple[list, list]:
     guard = guard or PhaseGuard()
     checks, shapes = [], []
-    chunk_sizes = MAMBA3_CHUNK_SIZES if backend == "torch" else (None,)
+    chunk_sizes = MAMBA3_CHUNK_SIZES if backend in CHUNKED else (None,)
     for b, t, h, g, p, n, r in MAMBA3_FUSED_SHAPES if backend in FUSED else MAMBA3_SHAPES:
         args, D, h0 = _inputs(inputs, b, t, h, g, p, n, r)
         ref_y, ref_state = reference_mamba3(
