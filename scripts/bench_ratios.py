@@ -18,9 +18,11 @@ The first, *cold* call follows the other backends' calls (a naive loop of 10^2 m
 fast operator can lose a fifth of its speed-up to that.  The matmul rate is the warm
 2048^3 fp32 GEMM of the same rounds.
 
-Prints one line per family, then one line per ``--ssd-chunks`` size (the chunked SSD's
-matmul share at that chunk size: the chunk trades quadratic work inside chunks against
-work between them), then `min_speedup=<x>` (warm).
+Prints one line per family (the speed-up with its 95% interval: a bootstrap over the
+rounds, paired, since each round times both backends), then one line per
+``--ssd-chunks`` size (the chunked SSD's matmul share at that chunk size: the chunk
+trades quadratic work inside chunks against work between them), then
+`min_speedup=<x>` (warm).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ssmbench import counts, ops
 from ssmbench.config import load, plan
 from ssmbench.measure.allocator import POLICIES, set_host_allocator
 from ssmbench.scripting import positive_int
+from ssmbench.stats import ratio_interval
 
 FAMILIES = ("attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet")
 
@@ -171,9 +174,12 @@ def main() -> None:
             gflops = flop / fast / 1e6
             peak = matmul_flop / ms["matmul"] / 1e6
             speedups.append(naive / fast)
+            # the rounds interleave the backends: a paired interval (ssmbench.stats)
+            _, lo, hi = ratio_interval(times["naive"], times["torch"], paired=True)
             print(
                 f"{family:10s} T={args.seq_len} naive_ms={naive:9.2f} torch_ms={fast:8.2f} "
-                f"speedup={naive / fast:7.1f}x torch_gflops={gflops:6.1f} "
+                f"speedup={naive / fast:7.1f}x [95% CI {lo:.1f}-{hi:.1f}] "
+                f"torch_gflops={gflops:6.1f} "
                 f"matmul_gflops={peak:6.1f} of_matmul={gflops / peak:6.1%}"
                 + (
                     f" compile_ms={ms['compile']:8.2f} "

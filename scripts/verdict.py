@@ -121,7 +121,11 @@ def go_no_go_sentences(table: pd.DataFrame) -> list[str]:
         for r in rows.itertuples():
             part = f"{r.ssm} {_interval(r)}"
             if pd.notna(r.flop_ratio) and r.flop_ratio > 0:
-                part += f" for {r.flop_ratio:.2f}x the FLOPs"
+                # latency ratio over FLOP ratio: 1.00 turns the FLOP saving fully into speed
+                part += (
+                    f" for {r.flop_ratio:.2f}x the FLOPs "
+                    f"({r.latency_ratio / r.flop_ratio:.2f} of the FLOP ratio as speed)"
+                )
             if r.answer:
                 part += f": {r.answer}"
             parts.append(part)

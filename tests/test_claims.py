@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -258,7 +259,48 @@ def test_across_dtypes_each_side_runs_at_its_fastest_dtype():
     cells = table(rows).assign(dtype=["bf16", "fp32", "bf16", "fp32"])
     select = {"slow": {"family": "mamba2", "backend": "fused"}}
     select["fast"] = {"family": "attention", "backend": "fused"}
-    ours, _, used = claims.latency_ratio(cells, **select, phase="prefill", same_dtype=False)
+    ours, _, used, _ = claims.latency_ratio(cells, **select, phase="prefill", same_dtype=False)
     assert ours == pytest.approx(4.0 / 2.0)  # never 9.0 / 2.0 (fp32 against bf16)
     same = claims.latency_ratio(cells, **select, phase="prefill")[0]
     assert same == pytest.approx(max(4.0 / 2.0, 9.0 / 5.0))  # per dtype, the larger
+
+
+def test_a_latency_ratio_claim_carries_its_interval_with_the_samples():
+    import numpy as np
+
+    from ssmbench import tables
+    from tests.test_records import make_record
+
+    rng = np.random.default_rng(0)
+    records = []
+    for model, ms in (("mamba", 6.0), ("mamba2", 2.0)):
+        s = list(ms * (1 + 0.05 * rng.standard_normal(30)))
+        records.append(
+            make_record(
+                model=model,
+                backend="torch",
+                samples_ms=s,
+                n_samples=30,
+                time_ms_median=float(np.median(s)),
+                time_ms_p95=float(np.percentile(s, 95)),
+            )
+        )
+    cells, samples = tables.cells_table(records), tables.samples_table(records)
+    claim = {
+        "id": "t",
+        "claim": "mamba2 is faster than mamba",
+        "source": {"paper": "p", "where": "w"},
+        "hardware": "any",
+        "published": [2.0, 4.0],
+        "compare": "within",
+        "metric": {
+            "name": "latency_ratio",
+            "phase": "prefill",
+            "slow": {"model": "mamba", "backend": "torch"},
+            "fast": {"model": "mamba2", "backend": "torch"},
+        },
+    }
+    (row,) = claims.evaluate(cells, "t", [claim], samples=samples).itertuples()
+    assert row.ours_lo < row.ours < row.ours_hi and 2.7 < row.ours < 3.3
+    (bare,) = claims.evaluate(cells, "t", [claim]).itertuples()
+    assert bare.ours == row.ours and math.isnan(bare.ours_lo)

@@ -25,19 +25,25 @@ def sweep_of(c: dict, preset: str = "cpu") -> dict:
 def test_default_config_plans_cpu_without_cuda():
     plan = sbconfig.plan(cfg(), cuda=False)
     assert plan.preset == "cpu" and plan.run == "cpu" and plan.device == "cpu"
-    assert {c.seq_len for c in plan.cells} == {256, 512, 1024, 2048, 4096}
+    assert {c.seq_len for c in plan.cells} == {256, 512, 1024, 2048, 4096, 16384, 65536}
     families = ("attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid")
     # graph backends are verified through their base (torch, fused): no pair of their own
     backends = ("naive", "torch", "fused")
     assert set(plan.pairs) == {(m, b) for m in families for b in backends}
     eager = [c for c in plan.cells if c.backend in ("naive", "torch")]
     by_phase = {ph: {c for c in eager if c.phase == ph} for ph in ("prefill", "decode", "train")}
-    assert len(by_phase["prefill"]) == 7 * 2 * 5
-    assert {c.seq_len for c in by_phase["decode"]} == {256, 1024, 4096}
+    assert len(by_phase["prefill"]) == 7 * 5 + 7 * 3  # torch at 5 lengths, naive at 3
+    decode = by_phase["decode"]
+    assert {c.seq_len for c in decode} == {1024, 4096, 16384, 65536}
+    # an SSM's naive and torch decode steps are one code: only attention's loop differs
+    assert {c.model for c in decode if c.backend == "naive"} == {"attention", "hybrid"}
+    long = {c for c in decode if c.seq_len > 4096}
+    assert {c.batch for c in long} == {1, 8} and len(long) == 7 * 2 * 2
+    assert all(plan.cache_source(c) == "random" for c in long)
     assert {c.seq_len for c in by_phase["train"]} == {256, 1024}
     gpu_only = {c for c in plan.cells if c.backend in ("fused", "torch-graph", "fused-graph")}
     assert len(gpu_only) == 7 * (3 + 2) and {c.seq_len for c in gpu_only} == {1024}
-    assert len(plan.cells) == 7 * 2 * (5 + 3 + 2) + len(gpu_only)
+    assert len(plan.cells) == 56 + len(decode) + 28 + len(gpu_only)
     # the profiled cells are torch prefills, also timed by the first sweep
     assert plan.profiled and plan.profiled <= by_phase["prefill"]
     assert {c.backend for c in plan.profiled} == {"torch"}

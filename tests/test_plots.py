@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ssmbench import plots, tables
+from ssmbench import analysis, plots, tables
+from ssmbench.config import FigureSpec
 from tests.test_records import make_record
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -407,7 +408,7 @@ def test_every_figure_has_a_parameterized_notebook():
         tagged = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
         assert len(tagged) == 1, name
         source = "".join(tagged[0]["source"])
-        path = "ops_path" if name == "op_breakdown" else "cells_path"
+        path = f"{FigureSpec(name).table}_path"  # the table the figure reads
         for param in (path, "out_pdf", "out_png", "models", "backends"):
             assert f"{param} = " in source, (name, param)
         code = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
@@ -475,7 +476,7 @@ def test_graph_speedups_pair_each_graph_cell_with_its_eager_twin():
 
 
 def test_decode_graph_speedup_draws_ratios_target_and_unavailable_graphs(tmp_path):
-    fig = plots.draw("decode_graph_speedup", graph_cells())
+    fig = plots.draw("decode_graph_speedup", analysis.speedups_table(graph_cells()))
     torch_ax, fused_ax = fig.axes[:2]
     assert {line.get_label() for line in torch_ax.get_lines()} >= {*FAMILIES, "3x target"}
     # no fused twin ran: that panel says so and marks the graph cells as unavailable
@@ -500,7 +501,7 @@ def test_go_no_go_compares_the_strongest_backends_both_sides_reached():
     assert row.latency_ratio == pytest.approx(a.time_ms_median / m.time_ms_median)
     assert row.flop_ratio == pytest.approx(a.flop / m.flop)
     assert row.energy_ratio == pytest.approx(a.energy_j / m.energy_j)
-    fig = plots.draw("go_no_go", cells)
+    fig = plots.draw("go_no_go", table)
     assert len(fig.axes) == 3 and "backends torch" in fig.axes[0].get_title()
     plt.close(fig)
 

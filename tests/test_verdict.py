@@ -44,17 +44,24 @@ CELLS = pd.DataFrame(
 
 
 def test_go_no_go_sentence_states_the_ratios_at_the_longest_shared_length():
-    (sentence,) = verdict.go_no_go_sentences(CELLS)
+    from ssmbench.analysis import go_no_go_table
+
+    (sentence,) = verdict.go_no_go_sentences(go_no_go_table(CELLS))
     # attention / SSM: time 10/5 = 2.00 and 10/4 = 2.50; FLOPs 8 and 4; time over FLOPs
-    # 2.00/8 = 0.25 and 2.50/4 = 0.625
-    assert sentence.startswith("Go/no-go, prefill at T = 1024 (torch vs torch): attention")
-    assert "takes 2.00-2.50x the time of each SSM for 4.00-8.00x the FLOPs" in sentence
-    assert "latency ratio over FLOP ratio 0.25-0.62" in sentence
+    # 2.00/8 = 0.25 and 2.50/4 = 0.625; no samples: no interval, no answer
+    assert sentence.startswith(
+        "Go/no-go, prefill at T = 1024, batch 1 (torch vs torch): attention over each SSM"
+    )
+    assert "mamba2 2.00x for 8.00x the FLOPs (0.25 of the FLOP ratio as speed)" in sentence
+    assert "s4d 2.50x for 4.00x the FLOPs (0.62 of the FLOP ratio as speed)" in sentence
+    assert "CI" not in sentence and "faster" not in sentence
 
 
 def test_verdict_lists_status_go_no_go_fastest_backends_and_claims():
     claims = pd.DataFrame({"verdict": ["not comparable here", "reproduced", "reproduced"]})
-    text = verdict.verdict_rst(CELLS, claims)
+    from ssmbench.analysis import go_no_go_table
+
+    text = verdict.verdict_rst(CELLS, claims, go_no_go_table(CELLS))
     first, rest = text.split("\n\n", 1)
     assert first == "Run r planned 7 cells: 6 ok, 1 unavailable, 0 failed."
     points = rest.splitlines()

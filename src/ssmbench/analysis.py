@@ -77,6 +77,8 @@ def _key(row) -> tuple:
 
 def _unpaired(a_row, b_row, samples: dict) -> tuple[float, float]:
     """The unpaired 95% interval of a_row's median over b_row's (NaN without samples)."""
+    if not samples:
+        return np.nan, np.nan
     a, b = samples.get(_key(a_row)), samples.get(_key(b_row))
     if a is None or b is None:
         return np.nan, np.nan
@@ -258,7 +260,7 @@ def speedups_table(cells: pd.DataFrame, samples: pd.DataFrame | None = None) -> 
                 & (data.backend == eager)
                 & (data.model == g.model)
                 & (data.batch == g.batch)
-                & (data.dtype == g.dtype)
+                & (data.dtype == g["dtype"])
                 & (data.seq_len == g.seq_len)
             ]
             e = twin.iloc[0] if not twin.empty else None
@@ -268,7 +270,7 @@ def speedups_table(cells: pd.DataFrame, samples: pd.DataFrame | None = None) -> 
                 eager=eager,
                 graph=graph,
                 batch=int(g.batch),
-                dtype=g.dtype,
+                dtype=g["dtype"],
                 seq_len=int(g.seq_len),
                 status=g.status,
                 reason=g.reason,

@@ -44,7 +44,11 @@ COLUMNS = [
     "published_low",
     "published_high",
     "ours",
+    "ours_lo",
+    "ours_hi",
     "ratio",
+    "ratio_lo",
+    "ratio_hi",
     "verdict",
     "why",
     "cells",
@@ -121,12 +125,15 @@ def latency_ratio(
     max_len: int | None = None,
     at_len: int | None = None,
     same_dtype: bool = True,
-) -> tuple[float | None, str, str]:
+    samples: dict | None = None,
+) -> tuple[float | None, str, str, tuple[float, float]]:
     """Median latency of ``slow`` over ``fast`` on the (batch, T) points both ran (at one
     dtype, unless ``same_dtype`` is false: then each side at its fastest dtype, for models
     published in their own dtypes): the largest ratio over them, as "up to" claims state
     it; ``longest``: at the longest such T; ``max_len``: T <= max_len only; ``at_len``: at
-    that T only.  Returns (ratio or None, why, the cells used)."""
+    that T only.  Returns (ratio or None, why, the cells used, (lo, hi)): the 95% interval
+    of the ratio at the point it was taken, an unpaired bootstrap over the two cells'
+    samples (``samples``: ssmbench.analysis.samples_by_cell; NaN without them)."""
     a, b = _ok(cells, phase, slow), _ok(cells, phase, fast)
     keys = ["batch", "seq_len"] + (["dtype"] if same_dtype else [])
     if not same_dtype:  # each side at its fastest dtype per point
@@ -141,7 +148,7 @@ def latency_ratio(
     if both.empty:
         missing = [_label(s) for s, t in ((slow, a), (fast, b)) if t.empty]
         why = f"no ok {phase or ''} cells of {', '.join(missing)}" if missing else "no shared T"
-        return None, (why + where).replace("  ", " "), ""
+        return None, (why + where).replace("  ", " "), "", (math.nan, math.nan)
     if longest:
         both = both[both.seq_len == both.seq_len.max()]
     ratios = both.time_ms_median_slow / both.time_ms_median_fast
@@ -150,7 +157,28 @@ def latency_ratio(
         f"{top.model_slow}/{top.backend_slow} vs {top.model_fast}/{top.backend_fast} "
         f"{phase or ''} at b{top.batch} T{top.seq_len}"
     )
-    return float(ratios.max()), "", used.replace("  ", " ")
+    interval = _interval(top, samples)
+    return float(ratios.max()), "", used.replace("  ", " "), interval
+
+
+def _interval(top: pd.Series, samples: dict | None) -> tuple[float, float]:
+    """The unpaired 95% interval of a merged row's slow over fast median (NaN without the
+    two cells' samples)."""
+    if not samples:
+        return math.nan, math.nan
+    from ssmbench.stats import ratio_interval
+    from ssmbench.tables import KEYS
+
+    def key(side):
+        return tuple(
+            top[k] if k in ("batch", "seq_len", "dtype") else top[f"{k}_{side}"] for k in KEYS
+        )
+
+    a, b = samples.get(key("slow")), samples.get(key("fast"))
+    if a is None or b is None:
+        return math.nan, math.nan
+    _, low, high = ratio_interval(a, b, paired=False)
+    return low, high
 
 
 def crossover_len(
@@ -237,16 +265,31 @@ def verdict(claim: dict, ours: float | None) -> str:
     return "reproduced" if ok else "contradicted"
 
 
-def evaluate(cells: pd.DataFrame, run: str, claims: list[dict] | None = None) -> pd.DataFrame:
-    """One row per claim for one run's cells (see the module docstring)."""
+def evaluate(
+    cells: pd.DataFrame,
+    run: str,
+    claims: list[dict] | None = None,
+    samples: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """One row per claim for one run's cells (see the module docstring).  With the run's
+    ``samples`` table, a latency-ratio claim's ``ours`` and ``ratio`` (ours / published)
+    carry their 95% interval (``ours_lo``, ``ours_hi``, ``ratio_lo``, ``ratio_hi``: an
+    unpaired bootstrap over the two cells' samples); the other metrics have none."""
+    from ssmbench.analysis import samples_by_cell
+
+    by_cell = samples_by_cell(samples)
     rows = []
     for claim in claims if claims is not None else load():
         low, high = claim["published"]
         why, elsewhere = _unmet(claim, cells)
-        ours, used = None, ""
+        ours, used, (ours_lo, ours_hi) = None, "", (math.nan, math.nan)
         if not why:
             params = {k: v for k, v in claim["metric"].items() if k != "name"}
-            ours, why, used = METRICS[claim["metric"]["name"]](cells, **params)
+            if claim["metric"]["name"] == "latency_ratio":
+                params["samples"] = by_cell
+            ours, why, used, *interval = METRICS[claim["metric"]["name"]](cells, **params)
+            if interval:
+                ours_lo, ours_hi = interval[0]
         if elsewhere and not why:
             why = elsewhere + (" (ours shown for reference)" if ours is not None else "")
         ref = reference(claim)
@@ -262,7 +305,11 @@ def evaluate(cells: pd.DataFrame, run: str, claims: list[dict] | None = None) ->
                 "published_low": low,
                 "published_high": high,
                 "ours": ours,
+                "ours_lo": ours_lo,
+                "ours_hi": ours_hi,
                 "ratio": None if ours is None or not ref else ours / ref,
+                "ratio_lo": ours_lo / ref if ref and ours is not None else math.nan,
+                "ratio_hi": ours_hi / ref if ref and ours is not None else math.nan,
                 "verdict": verdict(claim, ours) if not why else "not comparable here",
                 "why": why,
                 "cells": used,

@@ -1502,6 +1502,9 @@ def claims(table: pd.DataFrame, **ignored) -> plt.Figure:
     rows, colors = [], []
     for r in table.itertuples():
         ours = "" if pd.isna(r.ours) else f"{r.ours:.3g}"
+        low, high = getattr(r, "ours_lo", np.nan), getattr(r, "ours_hi", np.nan)
+        if ours and not (pd.isna(low) or pd.isna(high)):
+            ours += f"\n[{low:.3g}-{high:.3g}]"  # its 95% interval
         verdict = r.verdict if r.verdict != "not comparable here" else f"not comparable: {r.why}"
         rows.append(
             [

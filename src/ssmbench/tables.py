@@ -492,13 +492,15 @@ def aggregate(
         with open(p) as f:
             verify_records.append(json.load(f))
     cells = cells_table(records)
+    samples = samples_table(records)
     return {
         "cells": cells,
-        "samples": samples_table(records),
+        "samples": samples,
         "paired": paired_table(paired),
         "verify": verify_table(run, verify_records),
         "ops": ops_table(ops_paths),
-        "claims": claims.evaluate(cells, run),  # config/claims.yaml against this run
+        # config/claims.yaml against this run, ratios with their intervals
+        "claims": claims.evaluate(cells, run, samples=samples),
     }
 
 
