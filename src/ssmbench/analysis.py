@@ -54,6 +54,7 @@ GO_NO_GO_COLUMNS = [
     "interval",
     "answer",
     "energy_ratio",
+    "device_name",
 ]
 
 GRAPH_PAIRS = (("torch", "torch-graph"), ("fused", "fused-graph"))  # (eager, graph)
@@ -175,6 +176,7 @@ def go_no_go_table(
                 if not np.isnan(low):
                     row["interval"] = "separate cells"
             row["answer"] = ANSWERS.get(decide(row["latency_lo"], row["latency_hi"]), "")
+            row["device_name"] = a.device_name or a.device
             energy_ok = s.energy_j and not pd.isna(s.energy_j) and not pd.isna(a.energy_j)
             row["energy_ratio"] = a.energy_j / s.energy_j if energy_ok else np.nan
             rows.append(row)
