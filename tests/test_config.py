@@ -41,9 +41,10 @@ def test_default_config_plans_cpu_without_cuda():
     assert {c.batch for c in long} == {1, 8} and len(long) == 7 * 2 * 2
     assert all(plan.cache_source(c) == "random" for c in long)
     assert {c.seq_len for c in by_phase["train"]} == {256, 1024}
+    assert {c.seq_len for c in by_phase["train"] if c.backend == "naive"} == {256}
     gpu_only = {c for c in plan.cells if c.backend in ("fused", "torch-graph", "fused-graph")}
     assert len(gpu_only) == 7 * (3 + 2) and {c.seq_len for c in gpu_only} == {1024}
-    assert len(plan.cells) == 56 + len(decode) + 28 + len(gpu_only)
+    assert len(plan.cells) == 56 + len(decode) + 21 + len(gpu_only)
     # the profiled cells are torch prefills, also timed by the first sweep
     assert plan.profiled and plan.profiled <= by_phase["prefill"]
     assert {c.backend for c in plan.profiled} == {"torch"}

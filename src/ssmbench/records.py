@@ -8,6 +8,7 @@ Quantities that a run does not measure yet are ``None`` (empty in tables).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -117,15 +118,25 @@ class CellRecord:
         return cls(**data)
 
 
+@functools.cache
 def schema() -> dict:
     with open(SCHEMA) as f:
         return json.load(f)
 
 
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    """The record schema's validator, built once per process (a run's aggregate and
+    figure tables read every record of the run)."""
+    return jsonschema.validators.validator_for(schema())(schema())
+
+
 def validate_record(data: dict, path: str | os.PathLike = "<record>") -> None:
     """Raise ``ValueError`` naming the file and the field when ``data`` breaks the schema."""
     try:
-        jsonschema.validate(data, schema())
+        error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
+        if error is not None:
+            raise error
     except jsonschema.ValidationError as e:
         where = ".".join(map(str, e.absolute_path)) or "<top level>"
         raise ValueError(f"{path}: field {where}: {e.message}") from None
