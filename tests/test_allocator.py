@@ -49,7 +49,9 @@ def test_retain_keeps_freed_memory_so_a_prefill_does_not_fault_its_pages_in_agai
     assert said == "glibc, freed memory kept (M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB)"
     said, system = in_fresh_process(FAULTS_PER_CALL.format(policy="system")).split(" | ")
     assert said == "system"
-    assert float(kept) < 500 and float(system) > 2000, (system, kept)
+    # kept memory leaves a few hundred faults per call (first touches of new pages, more
+    # on a loaded machine: 100-720 seen); the defaults fault the whole working set again
+    assert float(system) > 2000 and float(kept) < float(system) / 5, (system, kept)
 
 
 def test_a_policy_is_named_and_checked():

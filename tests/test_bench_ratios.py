@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY = re.compile(
     r"^(?P<family>\w+)\s+T=64 naive_ms=\s*(?P<naive>[\d.]+) torch_ms=\s*(?P<torch>[\d.]+) "
-    r"speedup=\s*(?P<speedup>[\d.]+)x torch_gflops=\s*[\d.]+ matmul_gflops=\s*[\d.]+ "
+    r"speedup=\s*(?P<speedup>[\d.]+)x \[95% CI (?P<lo>[\d.]+)-(?P<hi>[\d.]+)\] torch_gflops=\s*[\d.]+ matmul_gflops=\s*[\d.]+ "
     r"of_matmul=\s*[\d.]+% \| cold: naive_ms=\s*(?P<cold_naive>[\d.]+) "
     r"torch_ms=\s*(?P<cold_torch>[\d.]+) speedup=\s*(?P<cold_speedup>[\d.]+)x$"
 )
@@ -21,7 +21,7 @@ SSD = re.compile(r"^ssd\s+T=64 chunk=16\s+torch_ms=.* of_matmul=\s*[\d.]+% \| co
 @pytest.fixture(scope="module")
 def output() -> list[str]:
     cmd = [sys.executable, str(ROOT / "scripts" / "bench_ratios.py"), "--seq-len", "64"]
-    cmd += ["--samples", "1", "--threads", "1", "--families", "mamba2", "deltanet"]
+    cmd += ["--samples", "4", "--threads", "1", "--families", "mamba2", "deltanet"]
     cmd += ["--ssd-chunks", "16"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
@@ -37,6 +37,8 @@ def test_one_line_per_family_with_its_ratios(output):
         # printed to 2 decimals (ms) and 1 (ratio): agree to the rounding
         assert float(r["speedup"]) == pytest.approx(warm, rel=0.05, abs=0.06)
         assert float(r["cold_speedup"]) == pytest.approx(cold, rel=0.05, abs=0.06)
+        # the interval of the rounds (paired) holds the estimate, to the rounding
+        assert float(r["lo"]) - 0.06 <= float(r["speedup"]) <= float(r["hi"]) + 0.06
     minimum = min(float(r["naive"]) / float(r["torch"]) for r in rows)
     assert output[-1].startswith("min_speedup=")
     assert float(output[-1].split("=")[1]) == pytest.approx(minimum, rel=0.05, abs=0.06)
