@@ -11,7 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY = re.compile(
     r"^(?P<family>\w+)\s+T=64 naive_ms=\s*(?P<naive>[\d.]+) torch_ms=\s*(?P<torch>[\d.]+) "
-    r"speedup=\s*(?P<speedup>[\d.]+)x \[95% CI (?P<lo>[\d.]+)-(?P<hi>[\d.]+)\] torch_gflops=\s*[\d.]+ matmul_gflops=\s*[\d.]+ "
+    r"speedup=\s*(?P<speedup>[\d.]+)x \[95% CI (?P<lo>[\d.]+)-(?P<hi>[\d.]+)\] "
+    r"torch_gflops=\s*[\d.]+ matmul_gflops=\s*[\d.]+ "
     r"of_matmul=\s*[\d.]+% \| cold: naive_ms=\s*(?P<cold_naive>[\d.]+) "
     r"torch_ms=\s*(?P<cold_torch>[\d.]+) speedup=\s*(?P<cold_speedup>[\d.]+)x$"
 )
