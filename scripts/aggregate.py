@@ -6,11 +6,12 @@ left no finished record are rows too: not_run, or failed when their job started.
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
+from ssmbench.aggregate import aggregate
 from ssmbench.config import Cell
 from ssmbench.finish import unfinished_paired, unfinished_records
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
-from ssmbench.tables import aggregate, write_tables
+from ssmbench.tables import write_tables
 
 with logged(snakemake):
     started = now()

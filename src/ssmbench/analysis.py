@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ssmbench.stats import decide, ratio_interval
-from ssmbench.tables import KEYS, family_of
+from ssmbench.tables import KEYS, family_of, with_columns
 
 # How tuned a backend is.  A side is compared at the highest tier both sides reached, so a
 # naive loop is never set against a fused kernel.
@@ -35,6 +35,9 @@ SSM_FAMILIES = ("s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid")
 # the answer of a go/no-go row: which side of 1 the latency ratio's interval lies on
 ANSWERS = {"above": "ssm faster", "below": "attention faster", "inconclusive": "inconclusive"}
 INTERVAL_SOURCES = ("paired", "separate cells")
+# the cells-table columns the ratios read (absent ones read as empty)
+_NUMERIC = ("time_ms_median", "flop", "energy_j")
+_TEXT = ("run", "device", "device_name", "reason", "compute_dtype")
 
 GO_NO_GO_COLUMNS = [
     "phase",
@@ -114,11 +117,9 @@ def go_no_go_table(
     without an interval.  The energy ratio is of the separate cells' energies (one
     reading per cell, so no interval).  ``batch`` keeps one batch; None keeps all.
     """
-    from ssmbench.plots import _CELL_NUMERIC, _CELL_TEXT, _filter, _with_columns
-
-    data = _with_columns(cells, _CELL_NUMERIC, (*_CELL_TEXT, "compute_dtype"))
+    data = with_columns(cells, _NUMERIC, _TEXT)
     data = data[(data.status == "ok") & data.backend.isin(list(BACKEND_TIERS))]
-    data = _filter(data, batch=batch)
+    data = data if batch is None else data[data.batch == batch]
     data = data.assign(tier=data.backend.map(BACKEND_TIERS), family=family_of(data))
     by_cell = samples_by_cell(samples)
     pairs = _ok_pairs(paired, batch)
@@ -250,9 +251,7 @@ def speedups_table(cells: pd.DataFrame, samples: pd.DataFrame | None = None) -> 
     own, with the unpaired 95% interval from ``samples`` (:func:`graph_speedups`, every
     batch), or, where either cell is not ok, the status and reason of the one that is not
     (the graph cell's first) and no speed-up."""
-    from ssmbench.plots import _CELL_NUMERIC, _CELL_TEXT, _with_columns
-
-    data = _with_columns(cells, _CELL_NUMERIC, _CELL_TEXT)
+    data = with_columns(cells, _NUMERIC, _TEXT)
     by_cell = samples_by_cell(samples)
     rows = []
     for eager, graph in GRAPH_PAIRS:

@@ -6,7 +6,6 @@ sample; ``verify``: one row per verification check.  Imports pandas and pandera 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,7 +14,7 @@ import pandas as pd
 import pandera.pandas as pa
 
 from ssmbench.measure.profile import BUCKETS  # torch-free at import
-from ssmbench.records import STATUSES, CellRecord, read_record
+from ssmbench.records import STATUSES, CellRecord
 
 
 def family_of(table: pd.DataFrame) -> pd.Series:
@@ -30,6 +29,19 @@ def family_of(table: pd.DataFrame) -> pd.Series:
 
 
 KEYS = ["run", "model", "backend", "phase", "batch", "seq_len", "d_state", "dtype"]
+
+
+def with_columns(table: pd.DataFrame, numeric=(), text=()) -> pd.DataFrame:
+    """A copy of ``table`` in which every named column exists: numeric ones as floats (NaN
+    where empty or absent), text ones as strings ("" where empty or absent), so analysis
+    and figures read tables of every vintage (columns added later are absent in older ones)."""
+    out = table.copy()
+    for col in numeric:
+        out[col] = pd.to_numeric(out[col], errors="coerce") if col in out else float("nan")
+        out[col] = out[col].astype(float)
+    for col in text:
+        out[col] = out[col].astype(object).fillna("").astype(str) if col in out else ""
+    return out
 
 CELL_COLUMNS = KEYS + [
     "device",
@@ -468,40 +480,6 @@ def read_ops(path: str | os.PathLike) -> pd.DataFrame:
         return ops_table([path])
     except (pa.errors.SchemaErrors, pa.errors.SchemaError, KeyError) as e:
         raise ValueError(f"{path}: not a valid ops table:\n{e}") from None
-
-
-def aggregate(
-    cell_paths: Iterable[str],
-    verify_paths: Iterable[str],
-    run: str,
-    ops_paths=(),
-    extra=(),
-    paired_paths=(),
-    paired_extra=(),
-) -> dict:
-    """Read every record of a run and return its tables by file name; ``extra`` and
-    ``paired_extra`` records (the rows of cells and paired cells a stopped run left
-    unmeasured, ssmbench.finish) join them."""
-    from ssmbench import claims  # which reads this module's family_of
-    from ssmbench.paired import read_paired
-
-    records = [read_record(p) for p in cell_paths] + list(extra)
-    paired = [read_paired(p) for p in paired_paths] + list(paired_extra)
-    verify_records = []
-    for p in verify_paths:
-        with open(p) as f:
-            verify_records.append(json.load(f))
-    cells = cells_table(records)
-    samples = samples_table(records)
-    return {
-        "cells": cells,
-        "samples": samples,
-        "paired": paired_table(paired),
-        "verify": verify_table(run, verify_records),
-        "ops": ops_table(ops_paths),
-        # config/claims.yaml against this run, ratios with their intervals
-        "claims": claims.evaluate(cells, run, samples=samples),
-    }
 
 
 def write_tables(tables: dict, paths: dict) -> None:

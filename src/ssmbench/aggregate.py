@@ -1,0 +1,44 @@
+"""A run's records -> its tables: the one module that joins the cells, samples, paired,
+verify, ops and claims tables (``ssmbench.tables`` builds each, ``ssmbench.claims`` checks
+the published claims against the cells), so that neither imports the other."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from ssmbench import claims
+from ssmbench.paired import read_paired
+from ssmbench.records import read_record
+from ssmbench.tables import cells_table, ops_table, paired_table, samples_table, verify_table
+
+
+def aggregate(
+    cell_paths: Iterable[str],
+    verify_paths: Iterable[str],
+    run: str,
+    ops_paths=(),
+    extra=(),
+    paired_paths=(),
+    paired_extra=(),
+) -> dict:
+    """Read every record of a run and return its tables by file name; ``extra`` and
+    ``paired_extra`` records (the rows of cells and paired cells a stopped run left
+    unmeasured, ssmbench.finish) join them."""
+    records = [read_record(p) for p in cell_paths] + list(extra)
+    paired = [read_paired(p) for p in paired_paths] + list(paired_extra)
+    verify_records = []
+    for p in verify_paths:
+        with open(p) as f:
+            verify_records.append(json.load(f))
+    cells = cells_table(records)
+    samples = samples_table(records)
+    return {
+        "cells": cells,
+        "samples": samples,
+        "paired": paired_table(paired),
+        "verify": verify_table(run, verify_records),
+        "ops": ops_table(ops_paths),
+        # config/claims.yaml against this run, ratios with their intervals
+        "claims": claims.evaluate(cells, run, samples=samples),
+    }
