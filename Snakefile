@@ -1,6 +1,6 @@
 # ssm-bench: config -> verify, calibrate -> bench (one job per cell), profile -> aggregate
 # -> figures.
-# Layout and paths: ../shared/DESIGN.md of the project, and src/ssmbench/paths.py.
+# Layout, paths and the life of one cell: docs/ARCHITECTURE.md (and src/ssmbench/paths.py).
 from snakemake.utils import min_version
 
 min_version("9.0")

@@ -12,7 +12,7 @@ its landing page and as the caption of the claims table.  Beside it, tables/go_n
 
 import pandas as pd
 
-# Cell statuses in DESIGN.md's order ("Status is data"), as ssmbench.records.STATUSES (not
+# Cell statuses in their documented order (docs/ARCHITECTURE.md), as ssmbench.records.STATUSES (not
 # imported: the rule puts src/ on sys.path only below); the first three are always named.
 STATUSES = ("ok", "oom", "unavailable", "timeout", "failed", "not_run")
 ALWAYS = ("ok", "unavailable", "failed")

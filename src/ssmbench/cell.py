@@ -2,7 +2,7 @@
 ``python -m ssmbench`` both call, so a cell behaves the same inside and outside the workflow.
 
 Whatever happens, the result is a record: errors become ``status`` and ``reason``
-(DESIGN.md, "Status is data"), they are never raised out of :func:`run_cell`.
+(docs/ARCHITECTURE.md, "Decisions"), they are never raised out of :func:`run_cell`.
 """
 
 from __future__ import annotations

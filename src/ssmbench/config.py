@@ -20,7 +20,7 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 CONFIG = REPO / "config" / "config.yaml"
 
 # Axes of the matrix that a family does not have are pinned to a placeholder
-# (DESIGN.md, "The cell"): attention has no state size, and the delta rule's state is
+# (docs/ARCHITECTURE.md, "The contract"): attention has no state size, and the delta rule's state is
 # fixed by its head dims (head_dim x head_dim per head), so their cells say n0.
 NO_STATE = {"attention", "deltanet"}
 

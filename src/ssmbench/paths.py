@@ -1,4 +1,4 @@
-"""Every path the workflow reads or writes, defined once (DESIGN.md, "Paths").
+"""Every path the workflow reads or writes, defined once (docs/ARCHITECTURE.md, "The contract").
 
 Patterns use Snakemake's ``{wildcard}`` syntax so the rules and the Python code agree;
 the functions fill them in.  Paths are relative to the workflow's working directory.
@@ -28,7 +28,7 @@ FIGURE = "figures/{run}/{figure}.{ext}"
 PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
 IMPORTED_TABLE = "results/imported/{run}/tables/{table}"
 
-# The tables `aggregate` writes, in DESIGN.md's names.
+# The tables `aggregate` writes (docs/ARCHITECTURE.md, "The contract").
 TABLES = (
     "cells.csv",
     "cells.parquet",

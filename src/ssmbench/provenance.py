@@ -1,6 +1,6 @@
 """Provenance sidecars: ``<output>.prov.json`` beside every file the workflow writes.
 
-One helper, :func:`write_sidecars`, called by every script (DESIGN.md, "Provenance").  A
+One helper, :func:`write_sidecars`, called by every script (docs/ARCHITECTURE.md, "Provenance").  A
 sidecar records the rule, its wildcards and params, the command line, sha256 of inputs and
 outputs, the git commit and whether the tracked tree was clean, package versions, device,
 seed, host and start/end times.  Nothing here imports torch: versions come from package

@@ -1,6 +1,6 @@
 """The result record of a cell (one dataclass), its JSON schema, and atomic writes.
 
-Every cell writes one record whatever happens (DESIGN.md, "Status is data"): ``status`` is
+Every cell writes one record whatever happens (docs/ARCHITECTURE.md, "The contract"): ``status`` is
 ``ok``, ``oom``, ``unavailable``, ``timeout``, ``failed`` or ``not_run`` (a cell a budgeted
 run never reached; reason e.g. ``budget``), and ``reason`` says why when it is not ``ok``.
 Quantities that a run does not measure yet are ``None`` (empty in tables).

@@ -1,6 +1,6 @@
 """Raw records -> tidy tables, and the schemas every table is checked against.
 
-``cells``: one row per cell (DESIGN.md lists the columns); ``samples``: one row per timing
+``cells``: one row per cell (docs/ARCHITECTURE.md, "The contract"); ``samples``: one row per timing
 sample; ``verify``: one row per verification check.  Imports pandas and pandera only.
 """
 
@@ -42,6 +42,7 @@ def with_columns(table: pd.DataFrame, numeric=(), text=()) -> pd.DataFrame:
     for col in text:
         out[col] = out[col].astype(object).fillna("").astype(str) if col in out else ""
     return out
+
 
 CELL_COLUMNS = KEYS + [
     "device",

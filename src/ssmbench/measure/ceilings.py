@@ -1,5 +1,5 @@
 """Device ceilings for ``results/<run>/device.json``: measured copy bandwidth and GEMM rate
-per dtype, with the vendor's datasheet peaks beside them (DESIGN.md, "Measurement").
+per dtype, with the vendor's datasheet peaks beside them (docs/ARCHITECTURE.md, "Measurement").
 
 Utilization in the cells table is achieved / *measured* ceiling: what this device, driver and
 torch build reach on the simplest kernel that saturates each resource.  The datasheet peak is

@@ -1,4 +1,5 @@
-"""Energy around a timed loop, and GPU clocks before and after it (DESIGN.md, "Measurement").
+"""Energy around a timed loop, and GPU clocks before and after it
+(docs/ARCHITECTURE.md, "Measurement").
 
 :class:`EnergyMeter` reads a cumulative energy counter before and after the loop; the
 difference is the energy of the loop plus whatever else ran on the device meanwhile (the
