@@ -1,4 +1,5 @@
-"""Shared fixtures: a copy of the workflow in a temporary directory, and a Snakemake runner."""
+"""Shared fixtures: a copy of the workflow in a temporary directory, a Snakemake runner, one
+torch thread, and where the seed studies' published data lives."""
 
 from __future__ import annotations
 
@@ -9,9 +10,25 @@ from pathlib import Path
 
 import pytest
 
+from ssmbench.config import REPO
 from ssmbench.scripting import copy_workflow
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+# The seed studies' published data: ../shared/anchors beside the repository, or
+# SSMBENCH_ANCHORS.  Tests that need it skip, naming this path, where it is absent.
+ANCHORS = Path(os.environ.get("SSMBENCH_ANCHORS") or REPO.parent / "shared" / "anchors")
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread, seeded, for the test (restored after)."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    yield
+    torch.set_num_threads(saved)
 
 
 def snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int = 900):

@@ -22,14 +22,7 @@ from ssmbench.measure.ceilings import (
 from ssmbench.provenance import cpu_model
 from ssmbench.records import write_json_atomic
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.mark.parametrize(

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from ssmbench import claims
-from ssmbench.config import REPO
+from tests.conftest import ANCHORS
 
 
 def cell(
@@ -209,21 +207,6 @@ def test_about_needs_a_tolerance(tmp_path):
     )
     with pytest.raises(ValueError, match="compare 'about' needs a tolerance"):
         claims.load(bad)
-
-
-# The seeds' published data (../shared/anchors beside the checkout; /work/shared/anchors
-# where a clone lives elsewhere), or SSMBENCH_ANCHORS.
-ANCHORS = Path(
-    os.environ.get("SSMBENCH_ANCHORS")
-    or next(
-        (
-            p
-            for p in (REPO.parent / "shared" / "anchors", Path("/work/shared/anchors"))
-            if p.is_dir()
-        ),
-        REPO.parent / "shared" / "anchors",
-    )
-)
 
 
 def test_numbers_read_off_a_seed_table_match_that_table():

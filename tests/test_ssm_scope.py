@@ -1,6 +1,6 @@
 """SSM-Scope's published data as ssm-bench runs, and the two figures that compare families.
 
-The real clone (``SSM_SCOPE_DIR``, default /work/shared/anchors/ssm-scope) is used when it is
+The real clone (``SSM_SCOPE_DIR``, default ssm-scope/ in the anchors: tests/conftest.py) is used when it is
 there; a small clone written here in SSM-Scope's own file formats always is.
 """
 
@@ -21,8 +21,9 @@ import pytest
 from ssmbench import claims, plots, tables
 from ssmbench.importers import SSMScopeFormatError, import_ssm_scope, write_runs
 from ssmbench.importers.ssm_scope import CATEGORY_FILES, MIB, RUNS, cells_schema
+from tests.conftest import ANCHORS
 
-REAL = Path(os.environ.get("SSM_SCOPE_DIR", "/work/shared/anchors/ssm-scope"))
+REAL = Path(os.environ.get("SSM_SCOPE_DIR") or ANCHORS / "ssm-scope")
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 GENERATION = "ispass_ae/notebooks/generation_times.csv"
 MEMORY = "ispass_ae/notebooks/memory_footprints.csv"

@@ -13,7 +13,7 @@ import yaml
 
 from ssmbench import config as sbconfig
 from ssmbench.provenance import sha256
-from tests.conftest import copy_workflow, snakemake
+from tests.conftest import ANCHORS, copy_workflow, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -182,7 +182,7 @@ def test_one_figure_runs_only_its_cells(tmp_path):
 
 def test_ssm_scope_data_draws_through_our_notebooks(tmp_path):
     """--config import_ssm_scope=<clone>: their CSVs become runs, drawn by our figures."""
-    clone = Path(os.environ.get("SSM_SCOPE_DIR", "/work/shared/anchors/ssm-scope"))
+    clone = Path(os.environ.get("SSM_SCOPE_DIR") or ANCHORS / "ssm-scope")
     if not clone.is_dir():
         pytest.skip(f"no SSM-Scope clone at {clone} (set SSM_SCOPE_DIR)")
     wf = copy_workflow(tmp_path / "wf", precollected=False)
