@@ -1,7 +1,8 @@
 """SSM-Scope's published data as ssm-bench runs, and the two figures that compare families.
 
-The real clone (``SSM_SCOPE_DIR``, default ssm-scope/ in the anchors: tests/conftest.py) is used when it is
-there; a small clone written here in SSM-Scope's own file formats always is.
+The real clone (``SSM_SCOPE_DIR``, default ssm-scope/ in the anchors of tests/conftest.py)
+is used when it is there; a small clone written here in SSM-Scope's own file formats
+always is.
 """
 
 from __future__ import annotations
