@@ -53,7 +53,6 @@ COLUMNS = [
     "why",
     "cells",
 ]
-VERDICTS = ("reproduced", "contradicted", "not comparable here")
 COMPARES = ("within", "at_least", "at_most", "about")
 
 
