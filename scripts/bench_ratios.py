@@ -37,10 +37,9 @@ import torch
 from ssmbench import counts, ops
 from ssmbench.config import load, plan
 from ssmbench.measure.allocator import POLICIES, set_host_allocator
+from ssmbench.registry import OPERATOR_FAMILIES as FAMILIES
 from ssmbench.scripting import positive_int
 from ssmbench.stats import ratio_interval
-
-FAMILIES = ("attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet")
 
 
 def op_inputs(family: str, t: int, size, d_state: int, gen: torch.Generator):

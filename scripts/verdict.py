@@ -12,11 +12,12 @@ its landing page and as the caption of the claims table.  Beside it, tables/go_n
 
 import pandas as pd
 
-# Cell statuses in their documented order (docs/ARCHITECTURE.md), as ssmbench.records.STATUSES (not
-# imported: the rule puts src/ on sys.path only below); the first three are always named.
-STATUSES = ("ok", "oom", "unavailable", "timeout", "failed", "not_run")
-ALWAYS = ("ok", "unavailable", "failed")
-PHASES = ("prefill", "decode", "train")
+if "snakemake" in globals():  # run by the rule: ssmbench from this checkout's src/
+    import _src  # noqa: F401  (puts ../src on sys.path)
+
+from ssmbench.registry import PHASES, STATUSES  # noqa: E402
+
+ALWAYS = ("ok", "unavailable", "failed")  # statuses the sentence names even when none
 
 
 def _count(n: int, noun: str) -> str:
@@ -166,8 +167,6 @@ def verdict_rst(cells: pd.DataFrame, claims: pd.DataFrame, go_no_go: pd.DataFram
 
 
 if "snakemake" in globals():  # run by the rule; importable by the tests
-    import _src  # noqa: F401  (puts ../src on sys.path)
-
     from ssmbench.provenance import from_snakemake, now
     from ssmbench.scripting import logged
 

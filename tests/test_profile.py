@@ -291,3 +291,31 @@ def test_cpu_profile_of_a_small_block(tmp_path):
 def test_profile_rejects_unknown_trace_suffix(tmp_path):
     with pytest.raises(ValueError, match="json.gz"):
         profile_ops(lambda: None, "cpu", trace_path=str(tmp_path / "trace.txt"))
+
+
+def test_profiled_decode_step_of_mamba2_is_ssm_scan():
+    """A decode step runs its family's operator step inside the registry's range, so the
+    scan's einsums and pointwise ops count as ``ssm_scan``, not as GEMM and elementwise."""
+    from ssmbench.config import Size
+    from ssmbench.models import build_model
+
+    size = Size(d_model=16, n_layers=1, n_heads=2, head_dim=8, expand=2, d_conv=4, chunk=8)
+    model = build_model("mamba2", size, d_state=8, backend="torch")
+    x = torch.randn(1, 5, size.d_model)
+    with torch.no_grad():
+        _, caches = model(x)
+
+    @torch.no_grad()
+    def step():
+        return model.step(x[:, -1], caches)
+
+    by_bucket = {r["bucket"]: r for r in profile_ops(step, "cpu", warmup=1, iters=2)}
+    assert by_bucket["ssm_scan"]["time_ms"] > 0
+    assert by_bucket["gemm"]["time_ms"] > 0  # the projections stay outside the scope
+
+
+@pytest.mark.parametrize(
+    "name", ["ssmbench::ssm_scan::ssd_step", "ssmbench::attention::attention_step"]
+)
+def test_registry_ranges_bucket_by_their_scope(name):
+    assert bucket(name) == name.split("::")[1]

@@ -24,14 +24,14 @@ import json
 import sys
 
 from ssmbench import config as sbconfig
+from ssmbench import registry
 from ssmbench.cell import CellSpec, cap_address_space, run_cell, run_verify
 from ssmbench.records import write_record
 from ssmbench.scripting import positive_int
 
-# The same names as ssmbench.models.FAMILIES, without importing torch for --help.
-FAMILIES = ["attention", "s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid"]
-# ... and of ssmbench.models.ALL_BACKENDS with the graph backends (tests/test_ops.py checks)
-BACKENDS = ["naive", "torch", "torch-mixed", "compile", "fused", "torch-graph", "fused-graph"]
+# The registry's names, without importing torch for --help (graph backends included).
+FAMILIES = list(registry.FAMILIES)
+BACKENDS = list(registry.BACKENDS)
 
 
 def _preset(name: str) -> dict:
@@ -50,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--backend", required=True, choices=BACKENDS)
         p.add_argument("--preset", default="cpu", help="size, timing and device (default: cpu)")
         p.add_argument("--device", choices=["cpu", "cuda"], help="default: the preset's")
-        p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+        p.add_argument("--dtype", default="fp32", choices=registry.SWEEP_DTYPES)
         p.add_argument("--seed", type=int, default=0)
 
     cell = sub.add_parser("cell", help="verify, then measure one cell and print its record")
     common(cell)
-    cell.add_argument("--phase", default="prefill", choices=["prefill", "decode", "train"])
+    cell.add_argument("--phase", default="prefill", choices=registry.PHASES)
     cell.add_argument("--batch", type=positive_int, default=1)
     cell.add_argument("--seq-len", type=positive_int, required=True)
     cell.add_argument("--d-state", type=positive_int, default=16)

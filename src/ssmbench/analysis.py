@@ -17,21 +17,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+# BACKEND_TIERS: how tuned a backend is.  A side is compared at the highest tier both sides
+# reached, so a naive loop is never set against a fused kernel.
+from ssmbench.registry import BACKEND_TIERS, SSM_FAMILIES
 from ssmbench.stats import decide, ratio_interval
 from ssmbench.tables import KEYS, family_of, with_columns
 
-# How tuned a backend is.  A side is compared at the highest tier both sides reached, so a
-# naive loop is never set against a fused kernel.
-BACKEND_TIERS = {
-    "naive": 0,
-    "torch": 1,
-    "torch-mixed": 1,
-    "compile": 1,
-    "torch-graph": 1,
-    "fused": 2,
-    "fused-graph": 2,
-}
-SSM_FAMILIES = ("s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid")
 # the answer of a go/no-go row: which side of 1 the latency ratio's interval lies on
 ANSWERS = {"above": "ssm faster", "below": "attention faster", "inconclusive": "inconclusive"}
 INTERVAL_SOURCES = ("paired", "separate cells")

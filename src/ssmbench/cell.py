@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from ssmbench import counts as counts_mod
+from ssmbench import registry
 from ssmbench.config import Cell, Size, Timing, compute_dtype
 from ssmbench.provenance import cpu_model, git_state, now
 from ssmbench.records import CellRecord
@@ -96,7 +97,7 @@ def _unavailable(error: BaseException) -> bool:
     return isinstance(error, BackendUnavailable)
 
 
-PHASES = ("prefill", "decode", "train")
+PHASES = registry.PHASES
 
 
 def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: int = 0) -> dict:

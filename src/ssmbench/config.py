@@ -15,25 +15,21 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+# NO_STATE (the families whose cells pin d_state to 0, n0), GRAPH_BACKENDS (the decode step
+# of a base backend replayed in a CUDA graph, ssmbench.cell) and verified_backend are the
+# registry's; the rest of the package also reads them from here.
+from ssmbench.registry import (
+    FAMILY,
+    GRAPH_BACKENDS,  # noqa: F401
+    NO_STATE,
+    verified_backend,
+)
+
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 CONFIG = REPO / "config" / "config.yaml"
 
-# Axes of the matrix that a family does not have are pinned to a placeholder
-# (docs/ARCHITECTURE.md, "The contract"): attention has no state size, and the delta rule's state is
-# fixed by its head dims (head_dim x head_dim per head), so their cells say n0.
-NO_STATE = {"attention", "deltanet"}
-
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2}
-
-# The decode step of a backend captured once in a CUDA graph and timed as replays
-# (ssmbench.cell): its model is built with the base backend, whose verification it reuses.
-GRAPH_BACKENDS = {"torch-graph": "torch", "fused-graph": "fused"}
-
-
-def verified_backend(backend: str) -> str:
-    """The backend whose verify record a cell of ``backend`` needs: a graph backend's base."""
-    return GRAPH_BACKENDS.get(backend, backend)
 
 
 def paired_attention(cell: Cell) -> Cell:
@@ -44,7 +40,7 @@ def paired_attention(cell: Cell) -> Cell:
 
 HALF_DTYPES = ("fp16", "bf16")
 # The hybrid's layers (ssmbench.models.hybrid): attention and Mamba-2 mixers.
-HYBRID_PARTS = ("attention", "mamba2")
+HYBRID_PARTS = FAMILY["hybrid"].parts
 # The SSM operators whose sequence form runs its matmuls in half precision, by backend
 # (fp32 accumulation, fp32 decays and state): mamba_ssm's and fla's chunked kernels, and
 # the torch-mixed forms (ssmbench.models: mamba2, mamba3, deltanet; the other families

@@ -32,6 +32,10 @@ first; on CUDA those of the operator that launched the kernel):
 What the profile misses: Python time between operators (CPU), host-side launch overhead and
 idle gaps (CUDA), and without scopes, an unfused scan or attention written in PyTorch is
 split over ``gemm`` and ``elementwise``.  Only fused attention kernels land in ``attention``.
+
+The ranges ``ssmbench.models.common.pick_backend`` opens around each operator and each
+decode step are named by the registry (``ssmbench::ssm_scan::ssd_step``: the family's
+scope, then the op; ``ssmbench.registry.PROFILER_RANGES``) and bucketed by that scope.
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 
+from ssmbench.registry import SCOPES, range_scope
+
 BUCKETS = ("gemm", "attention", "ssm_scan", "convolution", "normalization", "elementwise", "other")
-SCOPES = ("attention", "ssm_scan")  # composite kinds: they contain GEMMs and elementwise ops
+# SCOPES (the registry's family scopes): composite kinds, containing GEMMs and elementwise ops
 TOP_KERNELS = 3  # names listed per bucket
 NAME_CHARS = 120  # demangled CUDA names run to kilobytes of template arguments
 
@@ -158,7 +164,11 @@ def _aten_op(name: str) -> str:
 
 @functools.lru_cache(maxsize=4096)  # a profile repeats a few hundred names
 def bucket(kernel_name: str) -> str:
-    """The bucket of one operator or kernel, from its name alone (see the module docstring)."""
+    """The bucket of one operator or kernel, from its name alone (see the module docstring);
+    a range of ``ssmbench.registry.PROFILER_RANGES`` is its family's scope."""
+    scope = range_scope(kernel_name)
+    if scope is not None:
+        return scope
     if kernel_name.startswith("aten::"):
         op = _aten_op(kernel_name)
         for kind, pattern in _ATEN_RULES:

@@ -14,17 +14,18 @@ import importlib
 
 import torch
 
+from ssmbench import registry
 from ssmbench.config import GRAPH_BACKENDS, Size
 from ssmbench.models.common import ResidualStack
 
-FAMILIES = ("attention", "mamba", "s4d", "mamba2", "mamba3", "deltanet", "hybrid")
+FAMILIES = registry.FAMILIES  # each a module ssmbench.models.<family>
 # Eager backends every family implements; "compile" is torch.compile of "torch" (made by
 # models.common.pick_backend), kept apart because compiling costs seconds per shape;
 # "fused" runs the ecosystem's tuned kernels (models.fused) where a family has them;
 # "torch-mixed" is "torch" with its matmuls in bf16 where a family's chunked form has such
 # matmuls (Mamba-2, Mamba-3, DeltaNet and the hybrid; the others raise BackendUnavailable).
-BACKENDS = ("naive", "torch")
-ALL_BACKENDS = (*BACKENDS, "torch-mixed", "compile", "fused")
+BACKENDS = registry.UNIVERSAL_BACKENDS  # naive, torch
+ALL_BACKENDS = registry.MODEL_BACKENDS  # and torch-mixed, compile, fused
 # GRAPH_BACKENDS (ssmbench.config): the decode step of a base backend in a CUDA graph
 DTYPES = {
     "fp64": torch.float64,
@@ -64,7 +65,7 @@ def build_model(
         raise ValueError(f"unknown model {model!r}; known: {list(FAMILIES)}")
     if backend not in ALL_BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known: {list(ALL_BACKENDS)}")
-    family = importlib.import_module(f"ssmbench.models.{model}")
+    family = importlib.import_module(registry.FAMILY[model].module)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         mixers = [family.build_mixer(size, d_state, layer) for layer in range(size.n_layers)]

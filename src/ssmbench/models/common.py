@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ssmbench.errors import CellTimeout
+from ssmbench.registry import PROFILER_RANGES
 
 
 def widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
@@ -60,23 +61,10 @@ def mixed_matmul_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
-# The sequence operator each caller of pick_backend runs, as the name of the profiler range
-# it runs in: torch.profiler users (ssmbench.measure.profile) bucket everything inside an
-# "ssm_scan" or "attention" range as such, whatever matmuls and pointwise ops it is made of.
-PROFILER_SCOPES = {
-    "attention": "ssmbench::attention",
-    "AttentionMixer": "ssmbench::attention",
-    "selective_scan": "ssmbench::ssm_scan::selective_scan",
-    "MambaMixer": "ssmbench::ssm_scan::selective_scan",
-    "s4d": "ssmbench::ssm_scan::s4d",
-    "S4DMixer": "ssmbench::ssm_scan::s4d",
-    "ssd": "ssmbench::ssm_scan::ssd",
-    "Mamba2Mixer": "ssmbench::ssm_scan::ssd",
-    "mamba3": "ssmbench::ssm_scan::mamba3",
-    "Mamba3Mixer": "ssmbench::ssm_scan::mamba3",
-    "delta_rule": "ssmbench::ssm_scan::delta_rule",
-    "DeltaNetMixer": "ssmbench::ssm_scan::delta_rule",
-}
+# The operator or step each caller of pick_backend runs -> the profiler range it runs in
+# (ssmbench.registry): torch.profiler users (ssmbench.measure.profile) bucket everything
+# inside an "ssm_scan" or "attention" range as such, whatever ops it is made of.
+PROFILER_SCOPES = PROFILER_RANGES
 
 
 def pick_backend(table: dict[str, Callable], backend: str, op: str) -> Callable:

@@ -59,6 +59,7 @@ import torch.nn.functional as F
 
 from ssmbench.models.common import BackendUnavailable
 from ssmbench.reference.mamba3 import Mamba3State
+from ssmbench.registry import FAMILY, PHASES
 
 __all__ = [
     "FUSED_AVAILABILITY",
@@ -100,7 +101,7 @@ MAMBA3_NEEDS_CUDA = (
 )
 MAMBA3_DTYPES = "mamba_ssm's Mamba-3 SISO kernel computes in bf16 only (it casts x, B, C to bf16)"
 NO_FLOAT64 = "fused kernels have no float64 path (they compute in float32 at most)"
-S4D_REASON = "no fused S4D kernel: the FFT convolution (torch backend) is its fast path"
+S4D_REASON = FAMILY["s4d"].fused_unavailable
 
 # distribution name (for pip) of each importable package
 _DISTRIBUTIONS = {"mamba_ssm": "mamba-ssm", "fla": "fla-core", "triton": "triton"}
@@ -816,10 +817,8 @@ def block_shape_reason(family: str, head_dim: int, d_state: int) -> str:
     return ""
 
 
-PHASES = ("prefill", "decode", "train")
-# phase -> the kind of kernel it runs: the sequence operator (prefill, and train, whose
-# backward is that operator's) or the one-token step (decode)
-SEQUENCE_PHASES = ("prefill", "train")
+# PHASES (ssmbench.registry): prefill and train run the sequence operator (train's backward
+# is that operator's), decode the one-token step
 
 
 def _attention_reason(device: str | torch.device, phase: str | None = None) -> str:

@@ -38,14 +38,13 @@ from ssmbench.models import DTYPES, build_model
 from ssmbench.models.attention import valid_cache
 from ssmbench.models.common import BackendUnavailable
 from ssmbench.numerics import compare
+from ssmbench.registry import FUSED_BACKENDS, PHASES, SEQUENCE_PHASES, STEP_PHASES
 
 # Backends whose kernels are Triton or CUDA code of their own (mamba_ssm, fla, FlashAttention)
-FUSED = ("fused", "fused-graph")
+FUSED = FUSED_BACKENDS
 # Backends whose chunk size is a free parameter of PyTorch code: checked at several
 CHUNKED = ("torch", "torch-mixed")
-PHASES = ("prefill", "decode", "train")
-SEQUENCE_PHASES = ("prefill", "train")  # the sequence operator (train: its backward too)
-STEP_PHASES = ("decode",)
+# PHASES, SEQUENCE_PHASES (the sequence operator; train: its backward too), STEP_PHASES
 
 
 def tolerance_row(

@@ -1,0 +1,268 @@
+"""The one place that names the benchmark's families, backends, phases and statuses.
+
+Everything that needs a list asks here (the config and its schema test, the model
+builder, the command line, the records, the analysis, the profiler's scopes, the
+scripts); nothing else types one out.  Imports no torch and no pandas: the workflow and
+``python -m ssmbench --help`` read it on machines without either.
+
+Families (``ssmbench.models.<name>``; operators and steps as in :mod:`ssmbench.ops`):
+
+=========  ==============  ===================  =====  =========  ==========
+family     operator        step                 state  scope      fused
+=========  ==============  ===================  =====  =========  ==========
+attention  attention       attention_step       no     attention  flash_attn
+s4d        s4d             s4d_step             yes    ssm_scan   (none)
+mamba      selective_scan  selective_scan_step  yes    ssm_scan   mamba_ssm
+mamba2     ssd             ssd_step             yes    ssm_scan   mamba_ssm
+mamba3     mamba3          mamba3_step          yes    ssm_scan   mamba_ssm
+deltanet   delta_rule      delta_rule_step      no     ssm_scan   fla
+hybrid     (its parts: attention and mamba2 layers, each in its own scope)
+=========  ==============  ===================  =====  =========  ==========
+
+Each module holds the operator's and the step's ``{backend: function}`` dicts under the
+names :class:`Family` gives (``SSD_BACKENDS``, ``SSD_STEP_BACKENDS``, ...).
+"state: no" pins a cell's ``d_state`` to 0 (n0): attention has none, and the delta
+rule's is fixed by its head dims.  The scope is the profiler bucket
+(:mod:`ssmbench.measure.profile`) that everything inside the operator's or the step's
+``record_function`` range counts as (:data:`PROFILER_RANGES`).
+
+Backends:
+
+===========  ====  ==================  ==========================================
+backend      tier  phases              what
+===========  ====  ==================  ==========================================
+naive        0     all                 a plain loop over time, the slow truth
+torch        1     all                 chunked / parallel PyTorch
+torch-mixed  1     all                 torch with its matmuls in the cell's bf16
+compile      1     prefill, train      torch.compile of torch (no decode step)
+fused        2     all                 the ecosystem's kernels (ssmbench.models.fused)
+torch-graph  1     decode              torch's decode step replayed in a CUDA graph
+fused-graph  2     decode              fused's decode step replayed in a CUDA graph
+===========  ====  ==================  ==========================================
+
+The tier says how tuned a backend is: the go/no-go compares sides at the highest tier
+both reached (:mod:`ssmbench.analysis`).  A graph backend builds its model with its base
+backend and reuses its verification (:func:`verified_backend`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- phases, statuses, dtypes ----------------------------------------------------------
+
+PHASES = ("prefill", "decode", "train")
+SEQUENCE_PHASES = ("prefill", "train")  # the sequence operator (train: its backward too)
+STEP_PHASES = ("decode",)  # the one-token step
+# Cell statuses in DESIGN.md's order ("Status is data")
+STATUSES = ("ok", "oom", "unavailable", "timeout", "failed", "not_run")
+# dtypes a sweep may list; verification also knows fp64 (the references' precision)
+SWEEP_DTYPES = ("fp32", "fp16", "bf16")
+DTYPES = ("fp64", *SWEEP_DTYPES)
+
+
+# --- families --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family: a module ``ssmbench.models.<name>`` and its operator."""
+
+    name: str
+    operator: str | None  # the sequence operator's name in ssmbench.ops (None: hybrid)
+    step: str | None  # its one-token step's name in ssmbench.ops
+    backends: str | None  # name of the operator's {backend: function} dict in the module
+    step_backends: str | None  # ... and of the step's
+    mixer: str | None  # the block mixer class, whose forward and step pick a backend
+    has_state: bool  # False: d_state is pinned to 0 (n0)
+    scope: str | None  # profiler bucket of the operator and step: attention or ssm_scan
+    fused: str | None  # the package of the fused kernels (None: no fused kernel)
+    fused_unavailable: str  # when the fused backend is unavailable, in words
+    parts: tuple[str, ...] = ()  # the families whose layers make up a hybrid
+
+    @property
+    def module(self) -> str:
+        """The family's model module, e.g. ``ssmbench.models.mamba2``."""
+        return f"ssmbench.models.{self.name}"
+
+
+_FAMILIES = (
+    Family(
+        "attention",
+        "attention",
+        "attention_step",
+        "ATTENTION_BACKENDS",
+        "ATTENTION_STEP_BACKENDS",
+        "AttentionMixer",
+        has_state=False,
+        scope="attention",
+        fused="flash_attn",
+        fused_unavailable="FlashAttention-2 (else SDPA's flash kernel) needs CUDA and fp16/bf16",
+    ),
+    Family(
+        "s4d",
+        "s4d",
+        "s4d_step",
+        "S4D_BACKENDS",
+        "S4D_STEP_BACKENDS",
+        "S4DMixer",
+        has_state=True,
+        scope="ssm_scan",
+        fused=None,
+        fused_unavailable="no fused S4D kernel: the FFT convolution (torch backend) is its "
+        "fast path",
+    ),
+    Family(
+        "mamba",
+        "selective_scan",
+        "selective_scan_step",
+        "SCAN_BACKENDS",
+        "SCAN_STEP_BACKENDS",
+        "MambaMixer",
+        has_state=True,
+        scope="ssm_scan",
+        fused="mamba_ssm",
+        fused_unavailable="prefill and train need mamba_ssm's selective_scan_cuda (a CUDA "
+        "extension) on CUDA; the decode step is Triton",
+    ),
+    Family(
+        "mamba2",
+        "ssd",
+        "ssd_step",
+        "SSD_BACKENDS",
+        "SSD_STEP_BACKENDS",
+        "Mamba2Mixer",
+        has_state=True,
+        scope="ssm_scan",
+        fused="mamba_ssm",
+        fused_unavailable="mamba_ssm's Triton kernels need triton and CUDA (or the Triton "
+        "interpreter)",
+    ),
+    Family(
+        "mamba3",
+        "mamba3",
+        "mamba3_step",
+        "MAMBA3_BACKENDS",
+        "MAMBA3_STEP_BACKENDS",
+        "Mamba3Mixer",
+        has_state=True,
+        scope="ssm_scan",
+        fused="mamba_ssm",
+        fused_unavailable="mamba_ssm's Mamba-3 kernels need CUDA (PTX, TMA: no interpreter) "
+        "and compute in bf16",
+    ),
+    Family(
+        "deltanet",
+        "delta_rule",
+        "delta_rule_step",
+        "DELTA_RULE_BACKENDS",
+        "DELTA_RULE_STEP_BACKENDS",
+        "DeltaNetMixer",
+        has_state=False,
+        scope="ssm_scan",
+        fused="fla",
+        fused_unavailable="fla's Triton kernels need triton and CUDA (or the Triton "
+        "interpreter), head dims up to 256",
+    ),
+    Family(
+        "hybrid",
+        None,
+        None,
+        None,
+        None,
+        None,
+        has_state=True,
+        scope=None,
+        fused=None,
+        fused_unavailable="as its parts': attention's and mamba2's",
+        parts=("attention", "mamba2"),
+    ),
+)
+
+FAMILY: dict[str, Family] = {f.name: f for f in _FAMILIES}
+FAMILIES = tuple(FAMILY)
+# the families with an operator of their own (every one but the hybrid)
+OPERATOR_FAMILIES = tuple(f.name for f in _FAMILIES if f.operator is not None)
+# the families a go/no-go row sets against attention
+SSM_FAMILIES = tuple(f for f in FAMILIES if f != "attention")
+# axes a family does not have are pinned to a placeholder (DESIGN.md, "The cell")
+NO_STATE = frozenset(f.name for f in _FAMILIES if not f.has_state)
+
+
+# --- backends --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend: how tuned it is, the phases it runs and, for a graph backend, its base."""
+
+    name: str
+    tier: int  # 0 naive, 1 PyTorch, 2 fused kernels
+    phases: tuple[str, ...] = PHASES
+    base: str | None = None  # a graph backend's eager backend (it builds the model with it)
+
+    @property
+    def graph(self) -> str | None:
+        """The graph backend that replays this backend's decode step, if any."""
+        return next((b.name for b in _BACKENDS if b.base == self.name), None)
+
+
+_BACKENDS = (
+    Backend("naive", 0),
+    Backend("torch", 1),
+    Backend("torch-mixed", 1),
+    Backend("compile", 1, SEQUENCE_PHASES),
+    Backend("fused", 2),
+    Backend("torch-graph", 1, STEP_PHASES, base="torch"),
+    Backend("fused-graph", 2, STEP_PHASES, base="fused"),
+)
+
+BACKEND: dict[str, Backend] = {b.name: b for b in _BACKENDS}
+BACKENDS = tuple(BACKEND)
+# the backends a model is built with (ssmbench.models.build_model): all but the graph ones
+MODEL_BACKENDS = tuple(b.name for b in _BACKENDS if b.base is None)
+# the eager backends every family implements
+UNIVERSAL_BACKENDS = ("naive", "torch")
+# graph backend -> its base: the decode step of the base captured once in a CUDA graph
+GRAPH_BACKENDS = {b.name: b.base for b in _BACKENDS if b.base is not None}
+BACKEND_TIERS = {b.name: b.tier for b in _BACKENDS}
+
+
+def verified_backend(backend: str) -> str:
+    """The backend whose verify record a cell of ``backend`` needs: a graph backend's base."""
+    return GRAPH_BACKENDS.get(backend, backend)
+
+
+# backends whose kernels are Triton or CUDA code of their own (mamba_ssm, fla, FlashAttention)
+FUSED_BACKENDS = tuple(b for b in BACKENDS if verified_backend(b) == "fused")
+
+
+# --- profiler scopes -------------------------------------------------------------------
+
+RANGE_PREFIX = "ssmbench::"
+
+
+def _ranges() -> dict[str, str]:
+    """Each name a ``pick_backend`` caller passes -> its profiler range: the operator's and
+    the mixer's forward ``ssmbench::<scope>::<operator>``, the steps (``<step>`` and
+    ``<Mixer>.step``) ``ssmbench::<scope>::<step>``."""
+    ranges = {}
+    for f in _FAMILIES:
+        if f.operator is None:
+            continue
+        ranges[f.operator] = ranges[f.mixer] = f"{RANGE_PREFIX}{f.scope}::{f.operator}"
+        ranges[f.step] = ranges[f"{f.mixer}.step"] = f"{RANGE_PREFIX}{f.scope}::{f.step}"
+    return ranges
+
+
+PROFILER_RANGES: dict[str, str] = _ranges()
+SCOPES = tuple(dict.fromkeys(f.scope for f in _FAMILIES if f.scope is not None))
+
+
+def range_scope(name: str) -> str | None:
+    """The scope of a profiler range named by :data:`PROFILER_RANGES`
+    (``ssmbench::ssm_scan::ssd_step`` -> ``ssm_scan``), else None."""
+    if not name.startswith(RANGE_PREFIX):
+        return None
+    scope = name[len(RANGE_PREFIX) :].split("::", 1)[0]
+    return scope if scope in SCOPES else None
