@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from ssmbench import analysis, figures, plots, tables
+from ssmbench import claims as ledger
 from ssmbench.config import FigureSpec
 from ssmbench.figures import style
 from ssmbench.figures.utilization import CACHE_RESIDENT_LABEL
@@ -511,8 +512,6 @@ def test_go_no_go_compares_the_strongest_backends_both_sides_reached():
 
 
 def test_claims_figure_lists_every_claim_with_its_verdict(tmp_path):
-    from ssmbench import claims as ledger
-
     cells = synthetic_cells().assign(device="cuda", device_name="NVIDIA A100-SXM4-80GB")
     table = ledger.evaluate(cells, "t")
     fig = figures.draw("claims", table)
@@ -522,4 +521,68 @@ def test_claims_figure_lists_every_claim_with_its_verdict(tmp_path):
         assert claim["claim"].split()[0] in words
     assert "not comparable" in words  # the synthetic run has no fused cells
     figures.save(fig, tmp_path / "c.png")
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------
+# Every figure, from an empty table of its kind and from the shipped precollected run.
+
+PRECOLLECTED = Path(__file__).resolve().parent.parent / "results/precollected/cpu/tables"
+# The columns of each kind of table a figure reads (ssmbench.config.FIGURE_TABLES).
+TABLE_COLUMNS = {
+    "cells": list(tables.CELLS_SCHEMA.columns),
+    "ops": tables.OPS_COLUMNS,
+    "claims": ledger.COLUMNS,
+    "go_no_go": analysis.GO_NO_GO_COLUMNS,
+    "speedups": analysis.SPEEDUP_COLUMNS,
+}
+
+
+def read_precollected(kind: str) -> pd.DataFrame:
+    """A table of the shipped CPU run, read as the figure's notebook reads it."""
+    path = PRECOLLECTED / f"{kind}.csv"
+    if kind == "cells":
+        return tables.read_cells(path)
+    if kind in ("go_no_go", "speedups"):
+        return analysis.read_table(path, TABLE_COLUMNS[kind])
+    return pd.read_csv(path)
+
+
+def missing_message(ax) -> str:
+    """The message of a panel that says what is missing (text centred on the axes), or ""."""
+    centred = [
+        t.get_text()
+        for t in ax.texts
+        if t.get_transform() == ax.transAxes and t.get_position() == (0.5, 0.5)
+    ]
+    return "\n".join(centred)
+
+
+def missing_panels(fig) -> list[str]:
+    return [m for m in map(missing_message, fig.axes) if m]
+
+
+def drawn(ax) -> bool:
+    """Whether ``ax`` shows data: a line with points, a bar or patch, markers, a table."""
+    lines = any(len(line.get_xdata()) for line in ax.get_lines())
+    return lines or bool(ax.patches) or bool(ax.collections) or bool(ax.tables)
+
+
+@pytest.mark.parametrize("name", list(figures.FIGURES))
+def test_every_figure_draws_a_labelled_panel_from_an_empty_table(name):
+    kind = FigureSpec(name).table
+    fig = figures.draw(name, pd.DataFrame(columns=TABLE_COLUMNS[kind]))
+    messages = missing_panels(fig)
+    assert messages and all(m.startswith("no ") for m in messages), (name, messages)
+    assert not any(drawn(ax) for ax in fig.axes), name
+    assert fig._suptitle is not None and fig._suptitle.get_text(), name
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("name", list(figures.FIGURES))
+def test_every_figure_draws_from_the_precollected_tables(name):
+    table = read_precollected(FigureSpec(name).table)
+    fig = figures.draw(name, table)
+    for ax in fig.axes:
+        assert drawn(ax) or missing_message(ax), (name, ax.get_title())
     plt.close(fig)
