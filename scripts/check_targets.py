@@ -15,7 +15,7 @@ from pathlib import Path
 import _src  # noqa: F401  (puts ../src on sys.path)
 import pandas as pd
 
-from ssmbench.plots import GRAPH_TARGET, graph_speedups
+from ssmbench.analysis import GRAPH_TARGET, graph_speedups
 from ssmbench.tables import read_cells, read_ops
 
 KERNEL_TARGET = 1.5

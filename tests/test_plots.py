@@ -13,8 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ssmbench import analysis, plots, tables
+from ssmbench import analysis, figures, plots, tables
+from ssmbench import claims as ledger
 from ssmbench.config import FigureSpec
+from ssmbench.figures import style
+from ssmbench.figures.utilization import CACHE_RESIDENT_LABEL
 from tests.test_records import make_record
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -51,7 +54,7 @@ def cells():
 
 
 def test_latency_scaling_lines_band_and_status_markers(tmp_path):
-    fig = plots.draw("latency_scaling", cells(), phase="prefill")
+    fig = figures.draw("latency_scaling", cells(), phase="prefill")
     ax = fig.axes[0]
     labels = [line.get_label() for line in ax.get_lines()]
     assert sorted(labels) == sorted(
@@ -61,30 +64,30 @@ def test_latency_scaling_lines_band_and_status_markers(tmp_path):
     assert len(ax.collections) == 4 + 1  # four P95 bands, one oom marker set
     assert any("attention: oom" == c.get_label() for c in ax.collections)
     assert "Test CPU" in fig._suptitle.get_text() and "fp32" in ax.get_title()
-    plots.save(fig, tmp_path / "f.pdf", tmp_path / "f.png")
+    figures.save(fig, tmp_path / "f.pdf", tmp_path / "f.png")
     assert (tmp_path / "f.pdf").stat().st_size > 1000 and (tmp_path / "f.png").stat().st_size > 1000
 
 
 def test_same_table_gives_the_same_pdf(tmp_path):
     for name in ("a.pdf", "b.pdf"):
-        plots.save(plots.draw("latency_scaling", cells()), tmp_path / name)
+        figures.save(figures.draw("latency_scaling", cells()), tmp_path / name)
     assert (tmp_path / "a.pdf").read_bytes() == (tmp_path / "b.pdf").read_bytes()
 
 
 def test_filters_and_errors():
-    fig = plots.draw("latency_scaling", cells(), models=["mamba"], backends=["torch"])
+    fig = figures.draw("latency_scaling", cells(), models=["mamba"], backends=["torch"])
     assert [line.get_label() for line in fig.axes[0].get_lines()] == ["mamba / torch"]
-    with pytest.raises(ValueError, match="no cells with phase='decode'"):
-        plots.draw("latency_scaling", cells(), phase="decode")
+    fig = figures.draw("latency_scaling", cells(), phase="decode")
+    assert "no cells in the table with phase='decode'" in texts(fig).replace("\n", " ")
     with pytest.raises(ValueError, match="unknown figure"):
-        plots.draw("nope", cells())
+        figures.draw("nope", cells())
 
 
-def test_plots_module_does_not_import_torch():
+def test_figures_do_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, ssmbench.plots, ssmbench.tables; print('torch' in sys.modules)"
+    code = "import sys, ssmbench.figures, ssmbench.plots; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -180,7 +183,7 @@ def synthetic_cells(energy: bool = True) -> pd.DataFrame:
 
 
 def synthetic_ops() -> pd.DataFrame:
-    buckets = list(plots.BUCKET_COLORS)
+    buckets = list(style.BUCKET_COLORS)
     rows = []
     for model, backend, t in itertools.product(("attention", "mamba"), BACKENDS, LENGTHS):
         times = {b: (1 + k) * t / 1000 for k, b in enumerate(buckets) if b != "attention"}
@@ -234,7 +237,7 @@ NEW_FIGURES = [
     "name", ["bandwidth_utilization", "compute_utilization", "energy_per_token"]
 )
 def test_metric_figures_have_a_panel_per_phase_and_mark_cells_that_did_not_run(name):
-    fig = plots.draw(name, synthetic_cells())
+    fig = figures.draw(name, synthetic_cells())
     prefill, decode, train = fig.axes
     assert [ax.get_title() for ax in fig.axes] == [
         f"{p}, batch 1, fp32" for p in ("prefill", "decode", "train")
@@ -252,7 +255,7 @@ def test_metric_figures_have_a_panel_per_phase_and_mark_cells_that_did_not_run(n
 
 
 def test_utilization_is_plotted_as_the_tables_fraction():
-    fig = plots.draw("bandwidth_utilization", synthetic_cells(), phase="decode", models=["mamba"])
+    fig = figures.draw("bandwidth_utilization", synthetic_cells(), phase="decode", models=["mamba"])
     (ax,) = fig.axes
     cells = synthetic_cells()
     want = cells[(cells.model == "mamba") & (cells.phase == "decode") & (cells.backend == "torch")]
@@ -267,28 +270,24 @@ def test_cells_that_fit_in_the_last_level_cache_are_ringed_on_the_bandwidth_figu
     cells["cache_resident"] = mamba_decode & (cells.seq_len == cells.seq_len.min())
     path = tmp_path / "cells.csv"  # through a CSV file: the column comes back as objects
     cells.to_csv(path, index=False)
-    fig = plots.draw("bandwidth_utilization", pd.read_csv(path), phase="decode")
-    rings = [
-        c for ax in fig.axes for c in ax.collections if c.get_label() == plots.CACHE_RESIDENT_LABEL
-    ]
+    fig = figures.draw("bandwidth_utilization", pd.read_csv(path), phase="decode")
+    rings = [c for ax in fig.axes for c in ax.collections if c.get_label() == CACHE_RESIDENT_LABEL]
     resident = cells[cells.cache_resident & cells.status.eq("ok")]
     assert sum(len(c.get_offsets()) for c in rings) == len(resident) > 0
     # a table of a run from before the column (the shipped ones) still draws
-    fig = plots.draw("bandwidth_utilization", synthetic_cells(), phase="decode")
-    assert not any(
-        c.get_label() == plots.CACHE_RESIDENT_LABEL for ax in fig.axes for c in ax.collections
-    )
+    fig = figures.draw("bandwidth_utilization", synthetic_cells(), phase="decode")
+    assert not any(c.get_label() == CACHE_RESIDENT_LABEL for ax in fig.axes for c in ax.collections)
 
 
 def test_energy_without_any_value_quotes_the_reason():
-    fig = plots.draw("energy_per_token", synthetic_cells(energy=False))
+    fig = figures.draw("energy_per_token", synthetic_cells(energy=False))
     assert len(fig.axes) == 1
     assert f"energy not measured here: {NO_ENERGY}" in texts(fig).replace("\n", " ")
 
 
 def test_roofline_draws_measured_roofs_ridge_and_one_marker_per_ok_cell():
     cells = synthetic_cells()
-    fig = plots.draw("roofline", cells)
+    fig = figures.draw("roofline", cells)
     (ax,) = fig.axes
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     roof = next(line for line in ax.get_lines() if line.get_label() == "measured roof")
@@ -305,7 +304,7 @@ def test_roofline_draws_measured_roofs_ridge_and_one_marker_per_ok_cell():
 
 
 def test_memory_footprint_stacks_parts_per_family_and_marks_oom():
-    fig = plots.draw("memory_footprint", synthetic_cells(), backends=["naive"])
+    fig = figures.draw("memory_footprint", synthetic_cells(), backends=["naive"])
     assert [ax.get_title() for ax in fig.axes] == list(FAMILIES)
     attention = fig.axes[0]
     assert len(attention.patches) == 3 * len(LENGTHS)  # weights, cache, activations per T
@@ -317,22 +316,22 @@ def test_memory_footprint_stacks_parts_per_family_and_marks_oom():
     np.testing.assert_allclose(attention.patches[0].get_height(), 2e6 / 2**20)
     title = fig._suptitle.get_text()
     assert "prefill, backend naive" in title and "Test CPU" in title and "fp32" in title
-    assert "torch" in plots.draw("memory_footprint", synthetic_cells())._suptitle.get_text()
+    assert "torch" in figures.draw("memory_footprint", synthetic_cells())._suptitle.get_text()
 
 
 def test_op_breakdown_stacks_bucket_shares_in_fixed_order():
     ops = synthetic_ops()
-    fig = plots.draw("op_breakdown", ops)
+    fig = figures.draw("op_breakdown", ops)
     assert len(fig.axes) == 4
     ax = fig.axes[0]
     assert ax.get_title() == "attention / naive\n(CPU self time)"
     colors = [matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches[:: len(LENGTHS)]]
-    assert colors == list(plots.BUCKET_COLORS.values())
+    assert colors == list(style.BUCKET_COLORS.values())
     first_bar = [p.get_height() for p in ax.patches[:: len(LENGTHS)]]
     assert sum(first_bar) == pytest.approx(1.0)
     mamba = fig.axes[2]
     assert [c.get_label() for c in mamba.containers] == [
-        b for b in plots.BUCKET_COLORS if b != "attention"
+        b for b in style.BUCKET_COLORS if b != "attention"
     ]
     assert "CPU self time" in fig._suptitle.get_text() and "Test CPU" in fig._suptitle.get_text()
 
@@ -341,14 +340,14 @@ def test_op_breakdown_leaves_out_cells_that_could_not_be_profiled():
     ops = synthetic_ops().assign(status="ok", reason="")
     unprofiled = dict(ops.iloc[0]) | {"backend": "fused", "bucket": None, "time_ms": None}
     unprofiled |= {"share": None, "status": "unavailable", "reason": "needs a CUDA device"}
-    fig = plots.draw("op_breakdown", pd.concat([ops, pd.DataFrame([unprofiled])]))
+    fig = figures.draw("op_breakdown", pd.concat([ops, pd.DataFrame([unprofiled])]))
     assert len(fig.axes) == 4  # the four profiled (model, backend) pairs, no fused panel
     assert not any("fused" in ax.get_title() for ax in fig.axes)
 
 
 def test_efficiency_sweep_has_four_panels_with_derived_quantities():
     cells = synthetic_cells()
-    fig = plots.draw("efficiency_sweep", cells, backends=["torch", "naive"])
+    fig = figures.draw("efficiency_sweep", cells, backends=["torch", "naive"])
     latency, memory, throughput, decode = fig.axes
     assert latency.get_title().startswith("(a) train step latency")
     assert {"attention: oom", "mamba: timeout"} <= marker_labels(latency)
@@ -366,8 +365,8 @@ def test_efficiency_sweep_has_four_panels_with_derived_quantities():
 @pytest.mark.parametrize("name", NEW_FIGURES)
 def test_new_figures_save_as_pdf_and_png(name, tmp_path):
     table = synthetic_ops() if name == "op_breakdown" else synthetic_cells()
-    fig = plots.draw(name, table)
-    plots.save(fig, tmp_path / "f.pdf", tmp_path / "f.png")
+    fig = figures.draw(name, table)
+    figures.save(fig, tmp_path / "f.pdf", tmp_path / "f.png")
     assert (tmp_path / "f.pdf").stat().st_size > 1000 and (tmp_path / "f.png").stat().st_size > 1000
     plt.close(fig)
 
@@ -375,7 +374,7 @@ def test_new_figures_save_as_pdf_and_png(name, tmp_path):
 @pytest.mark.parametrize("name", NEW_FIGURES)
 def test_empty_selection_draws_a_panel_that_says_so(name):
     table = synthetic_ops() if name == "op_breakdown" else synthetic_cells()
-    fig = plots.draw(name, table, models=["nope"])
+    fig = figures.draw(name, table, models=["nope"])
     assert "no " in texts(fig) and "'nope'" in texts(fig)
     plt.close(fig)
 
@@ -388,7 +387,7 @@ def test_tables_without_the_new_columns_still_draw(name):
     dropped = ["ceiling_tflops", "ceiling_bw_gbps", "energy_method", "energy_reason"]
     cells = cells.drop(columns=dropped).assign(compute_util=np.nan, bw_util=np.nan)
     cells = cells.assign(weights_bytes=np.nan, cache_bytes=np.nan, activations_bytes=np.nan)
-    fig = plots.draw(name, cells)
+    fig = figures.draw(name, cells)
     words = texts(fig).replace("\n", " ")
     expected = {
         "bandwidth_utilization": "no measured ceiling (ceiling_bw_gbps)",
@@ -402,8 +401,13 @@ def test_tables_without_the_new_columns_still_draw(name):
     plt.close(fig)
 
 
+def test_plots_still_reexports_the_figures():
+    assert plots.FIGURES is figures.FIGURES and plots.draw is figures.draw
+    assert all(getattr(plots, name) is draw for name, draw in figures.FIGURES.items())
+
+
 def test_every_figure_has_a_parameterized_notebook():
-    for name in ["latency_scaling", *NEW_FIGURES, "decode_graph_speedup", "go_no_go"]:
+    for name in figures.FIGURES:
         notebook = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
         tagged = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
         assert len(tagged) == 1, name
@@ -412,7 +416,8 @@ def test_every_figure_has_a_parameterized_notebook():
         for param in (path, "out_pdf", "out_png", "models", "backends"):
             assert f"{param} = " in source, (name, param)
         code = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
-        assert re.search(rf'plots\.draw\(\s*"{name}"', code), name
+        assert re.search(rf'figures\.draw\(\s*"{name}"', code), name
+        assert "plots" not in code, name
 
 
 def test_new_notebook_runs_under_papermill(tmp_path):
@@ -468,7 +473,7 @@ def graph_cells() -> pd.DataFrame:
 
 def test_graph_speedups_pair_each_graph_cell_with_its_eager_twin():
     cells = graph_cells()
-    speedups = plots.graph_speedups(cells)
+    speedups = analysis.graph_speedups(cells)
     assert set(speedups.eager) == {"torch"} and set(speedups.graph) == {"torch-graph"}
     assert len(speedups) == len(FAMILIES) * len(LENGTHS)
     np.testing.assert_allclose(speedups.speedup, speedups.eager_ms / speedups.graph_ms)
@@ -476,13 +481,13 @@ def test_graph_speedups_pair_each_graph_cell_with_its_eager_twin():
 
 
 def test_decode_graph_speedup_draws_ratios_target_and_unavailable_graphs(tmp_path):
-    fig = plots.draw("decode_graph_speedup", analysis.speedups_table(graph_cells()))
+    fig = figures.draw("decode_graph_speedup", analysis.speedups_table(graph_cells()))
     torch_ax, fused_ax = fig.axes[:2]
     assert {line.get_label() for line in torch_ax.get_lines()} >= {*FAMILIES, "3x target"}
     # no fused twin ran: that panel says so and marks the graph cells as unavailable
     assert "no ok fused-graph decode cells" in texts(fig)
     assert {f"{m}: unavailable" for m in FAMILIES} <= marker_labels(fused_ax)
-    plots.save(fig, tmp_path / "g.pdf")
+    figures.save(fig, tmp_path / "g.pdf")
     plt.close(fig)
 
 
@@ -490,7 +495,7 @@ def test_go_no_go_compares_the_strongest_backends_both_sides_reached():
     cells = synthetic_cells()  # attention, mamba, s4d with naive and torch
     fused = cells[(cells.backend == "torch") & (cells.model == "attention")]
     cells = pd.concat([cells, fused.assign(backend="fused", time_ms_median=0.001)])
-    table = plots.go_no_go_table(cells)
+    table = analysis.go_no_go_table(cells)
     # attention has a fused cell but the SSMs do not: both sides are compared at torch
     assert set(table.attention_backend) == {"torch"} and set(table.ssm_backend) == {"torch"}
     assert set(table.ssm) == {"mamba", "s4d"}
@@ -501,21 +506,83 @@ def test_go_no_go_compares_the_strongest_backends_both_sides_reached():
     assert row.latency_ratio == pytest.approx(a.time_ms_median / m.time_ms_median)
     assert row.flop_ratio == pytest.approx(a.flop / m.flop)
     assert row.energy_ratio == pytest.approx(a.energy_j / m.energy_j)
-    fig = plots.draw("go_no_go", table)
+    fig = figures.draw("go_no_go", table)
     assert len(fig.axes) == 3 and "backends torch" in fig.axes[0].get_title()
     plt.close(fig)
 
 
 def test_claims_figure_lists_every_claim_with_its_verdict(tmp_path):
-    from ssmbench import claims as ledger
-
     cells = synthetic_cells().assign(device="cuda", device_name="NVIDIA A100-SXM4-80GB")
     table = ledger.evaluate(cells, "t")
-    fig = plots.draw("claims", table)
+    fig = figures.draw("claims", table)
     (grid,) = fig.axes[0].tables
     words = "\n".join(cell.get_text().get_text() for cell in grid.get_celld().values())
     for claim in ledger.load():
         assert claim["claim"].split()[0] in words
     assert "not comparable" in words  # the synthetic run has no fused cells
-    plots.save(fig, tmp_path / "c.png")
+    figures.save(fig, tmp_path / "c.png")
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------
+# Every figure, from an empty table of its kind and from the shipped precollected run.
+
+PRECOLLECTED = Path(__file__).resolve().parent.parent / "results/precollected/cpu/tables"
+# The columns of each kind of table a figure reads (ssmbench.config.FIGURE_TABLES).
+TABLE_COLUMNS = {
+    "cells": list(tables.CELLS_SCHEMA.columns),
+    "ops": tables.OPS_COLUMNS,
+    "claims": ledger.COLUMNS,
+    "go_no_go": analysis.GO_NO_GO_COLUMNS,
+    "speedups": analysis.SPEEDUP_COLUMNS,
+}
+
+
+def read_precollected(kind: str) -> pd.DataFrame:
+    """A table of the shipped CPU run, read as the figure's notebook reads it."""
+    path = PRECOLLECTED / f"{kind}.csv"
+    if kind == "cells":
+        return tables.read_cells(path)
+    if kind in ("go_no_go", "speedups"):
+        return analysis.read_table(path, TABLE_COLUMNS[kind])
+    return pd.read_csv(path)
+
+
+def missing_message(ax) -> str:
+    """The message of a panel that says what is missing (text centred on the axes), or ""."""
+    centred = [
+        t.get_text()
+        for t in ax.texts
+        if t.get_transform() == ax.transAxes and t.get_position() == (0.5, 0.5)
+    ]
+    return "\n".join(centred)
+
+
+def missing_panels(fig) -> list[str]:
+    return [m for m in map(missing_message, fig.axes) if m]
+
+
+def drawn(ax) -> bool:
+    """Whether ``ax`` shows data: a line with points, a bar or patch, markers, a table."""
+    lines = any(len(line.get_xdata()) for line in ax.get_lines())
+    return lines or bool(ax.patches) or bool(ax.collections) or bool(ax.tables)
+
+
+@pytest.mark.parametrize("name", list(figures.FIGURES))
+def test_every_figure_draws_a_labelled_panel_from_an_empty_table(name):
+    kind = FigureSpec(name).table
+    fig = figures.draw(name, pd.DataFrame(columns=TABLE_COLUMNS[kind]))
+    messages = missing_panels(fig)
+    assert messages and all(m.startswith("no ") for m in messages), (name, messages)
+    assert not any(drawn(ax) for ax in fig.axes), name
+    assert fig._suptitle is not None and fig._suptitle.get_text(), name
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("name", list(figures.FIGURES))
+def test_every_figure_draws_from_the_precollected_tables(name):
+    table = read_precollected(FigureSpec(name).table)
+    fig = figures.draw(name, table)
+    for ax in fig.axes:
+        assert drawn(ax) or missing_message(ax), (name, ax.get_title())
     plt.close(fig)
