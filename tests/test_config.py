@@ -291,8 +291,9 @@ def test_every_list_of_backends_is_the_registrys():
     import yaml
 
     from ssmbench import __main__ as cli
-    from ssmbench import plots
+    from ssmbench.figures import style
     from ssmbench.models import ALL_BACKENDS
+    from ssmbench.registry import BACKEND_TIERS
 
     backends = [*ALL_BACKENDS, *sbconfig.GRAPH_BACKENDS]
     with open(sbconfig.SCHEMA) as f:
@@ -306,5 +307,5 @@ def test_every_list_of_backends_is_the_registrys():
         return [e for v in node for e in enums(v)] if isinstance(node, list) else []
 
     assert len(enums(schema)) == 2 and "torch-mixed" in backends
-    for names in (*enums(schema), cli.BACKENDS, plots.BACKEND_STYLES, plots.BACKEND_TIERS):
+    for names in (*enums(schema), cli.BACKENDS, style.BACKEND_STYLES, BACKEND_TIERS):
         assert sorted(names) == sorted(backends)

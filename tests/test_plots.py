@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ssmbench import analysis, figures, plots, tables
+from ssmbench import analysis, figures, tables
 from ssmbench import claims as ledger
 from ssmbench.config import FigureSpec
 from ssmbench.figures import style
@@ -87,7 +87,7 @@ def test_figures_do_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, ssmbench.figures, ssmbench.plots; print('torch' in sys.modules)"
+    code = "import sys, ssmbench.figures, ssmbench.analysis; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -399,11 +399,6 @@ def test_tables_without_the_new_columns_still_draw(name):
     }[name]
     assert expected in words
     plt.close(fig)
-
-
-def test_plots_still_reexports_the_figures():
-    assert plots.FIGURES is figures.FIGURES and plots.draw is figures.draw
-    assert all(getattr(plots, name) is draw for name, draw in figures.FIGURES.items())
 
 
 def test_every_figure_has_a_parameterized_notebook():

@@ -182,7 +182,7 @@ def test_read_cells_names_the_file(tmp_path):
 
 def test_a_not_run_cell_validates_and_tabulates(tmp_path):
     """A cell a budgeted run never reached: status not_run with its reason, no samples."""
-    from ssmbench.plots import STATUS_MARKERS
+    from ssmbench.figures.style import STATUS_MARKERS
 
     never = make_record(
         status="not_run",

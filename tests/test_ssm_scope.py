@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ssmbench import claims, plots, tables
+from ssmbench import claims, figures, tables
+from ssmbench.figures.style import FAMILY_COLORS
 from ssmbench.importers import SSMScopeFormatError, import_ssm_scope, write_runs
 from ssmbench.importers.ssm_scope import CATEGORY_FILES, MIB, RUNS, cells_schema
 from tests.conftest import ANCHORS
@@ -465,7 +466,7 @@ def crossing_in_log_log(x0, x1, a0, a1, b0, b1) -> float:
 
 def test_crossovers_are_interpolated_on_log_log_axes(synthetic):
     cells = synthetic["ssm-scope-rtx4090"]["cells"]
-    points = plots.crossovers(cells).set_index("phase")
+    points = figures.crossovers(cells).set_index("phase")
     assert points.loc["prefill", "seq_len"] == pytest.approx(6144)
     assert points.loc["prefill", "time_ms"] == pytest.approx(mamba2_prefill_ms(6144))
     expected = crossing_in_log_log(
@@ -482,13 +483,13 @@ def stars(ax) -> list:
 
 def test_ttft_tpot_figure_colours_by_family_and_annotates_crossovers(synthetic, tmp_path):
     cells = synthetic["ssm-scope-rtx4090"]["cells"]
-    fig = plots.draw("ttft_tpot_crossover", cells)
+    fig = figures.draw("ttft_tpot_crossover", cells)
     prefill, decode = fig.axes[:2]
     lines = {line.get_label(): line for line in prefill.get_lines() if line.get_marker() != "*"}
     mamba2 = lines["mamba2-780m / mamba_ssm (fp16)"]
-    assert matplotlib.colors.same_color(mamba2.get_color(), plots.FAMILY_COLORS["mamba2"])
+    assert matplotlib.colors.same_color(mamba2.get_color(), FAMILY_COLORS["mamba2"])
     qwen = lines["qwen25-instruct / hf (bf16)"]
-    assert matplotlib.colors.same_color(qwen.get_color(), plots.FAMILY_COLORS["attention"])
+    assert matplotlib.colors.same_color(qwen.get_color(), FAMILY_COLORS["attention"])
     np.testing.assert_allclose(qwen.get_ydata(), [attention_prefill_ms(t) for t in LENGTHS])
     (tpot,) = [line for line in decode.get_lines() if line.get_label().startswith("qwen")]
     np.testing.assert_allclose(tpot.get_ydata(), [attention_tpot_s(t) * 1e3 for t in LENGTHS])
@@ -502,14 +503,14 @@ def test_ttft_tpot_figure_colours_by_family_and_annotates_crossovers(synthetic, 
         "falcon-h1-0.5b: unavailable",
     }
     assert "NVIDIA GeForce RTX 4090" in fig._suptitle.get_text()
-    plots.save(fig, tmp_path / "f.pdf", tmp_path / "f.png")
+    figures.save(fig, tmp_path / "f.pdf", tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000
     plt.close(fig)
 
 
 def test_throughput_figure_has_a_panel_per_phase(synthetic):
     cells = synthetic["ssm-scope-rtx4090"]["cells"]
-    fig = plots.draw("throughput", cells, models=["mamba2-780m", "qwen25-instruct"])
+    fig = figures.draw("throughput", cells, models=["mamba2-780m", "qwen25-instruct"])
     prefill, decode = fig.axes[:2]
     assert [prefill.get_title(), decode.get_title()] == ["prefill", "decode"]
     (line,) = [x for x in prefill.get_lines() if x.get_label().startswith("mamba2")]
@@ -528,12 +529,12 @@ def test_figures_of_our_own_runs_colour_by_model_name():
 
     cells = synthetic_cells()
     for name in ("ttft_tpot_crossover", "throughput"):
-        fig = plots.draw(name, cells, backends=["torch"])
+        fig = figures.draw(name, cells, backends=["torch"])
         (line,) = [x for x in fig.axes[0].get_lines() if x.get_label() == "s4d / torch"]
-        assert matplotlib.colors.same_color(line.get_color(), plots.FAMILY_COLORS["s4d"])
+        assert matplotlib.colors.same_color(line.get_color(), FAMILY_COLORS["s4d"])
         assert "s4d: unavailable" not in {c.get_label() for c in fig.axes[0].collections}
         plt.close(fig)
-    fig = plots.draw("ttft_tpot_crossover", cells, models=["nope"])
+    fig = figures.draw("ttft_tpot_crossover", cells, models=["nope"])
     assert "no prefill or decode cells" in "\n".join(
         t.get_text() for t in fig.findobj(matplotlib.text.Text)
     )
@@ -542,14 +543,14 @@ def test_figures_of_our_own_runs_colour_by_model_name():
 
 def test_figures_draw_from_the_real_runs(real):
     cells = real["ssm-scope-rtx4090"]["cells"]
-    points = plots.crossovers(cells)
+    points = figures.crossovers(cells)
     # the paper's Fig. 1: Mamba2-780m overtakes Qwen2.5-0.5B between 24K and 32K tokens
     assert set(points.phase) == {"prefill", "decode"}
     assert points.seq_len.between(24576, 32768).all()
-    fig = plots.draw("ttft_tpot_crossover", cells)
+    fig = figures.draw("ttft_tpot_crossover", cells)
     assert len(stars(fig.axes[0])) == len(points[points.phase == "prefill"])
     plt.close(fig)
-    fig = plots.draw("throughput", real["ssm-scope-jetson"]["cells"])
+    fig = figures.draw("throughput", real["ssm-scope-jetson"]["cells"])
     words = "\n".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
     assert "no ok prefill cell with a time here" in words and "unavailable" in words
     plt.close(fig)
@@ -563,7 +564,7 @@ def test_notebooks_run_under_papermill(name, synthetic, tmp_path):
     (tagged,) = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
     for param in ("cells_path", "models", "backends", "batch", "dtype", "out_pdf", "out_png"):
         assert f"{param} = " in "".join(tagged["source"])
-    assert plots.FIGURES[name] is getattr(plots, name)
+    assert figures.FIGURES[name] is getattr(figures, name)
     # the imported table as written: a family column, no size preset
     cells = synthetic["ssm-scope-rtx4090"]["cells"]
     cells.to_csv(tmp_path / "cells.csv", index=False)

@@ -1,6 +1,6 @@
 """ssm-bench: reproducible benchmarks of state-space models, attention and hybrids.
 
-Importing the package imports neither torch nor any GPU library: the tables, plots and
+Importing the package imports neither torch nor any GPU library: the tables, figures and
 provenance helpers must work on a machine that has only pandas and matplotlib
 (artifact evaluation). Torch is imported by the modules that need it
 (``ssmbench.ops``, ``ssmbench.models``, ``ssmbench.cell``).

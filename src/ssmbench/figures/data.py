@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 
 from ssmbench.figures.style import (
@@ -17,7 +16,7 @@ from ssmbench.figures.style import (
     PHASES,
     color,
 )
-from ssmbench.tables import family_of
+from ssmbench.tables import family_of, with_columns  # noqa: F401  (figures read it here)
 
 # The columns of the cells table a figure reads, made to exist (NaN / "") by with_columns.
 CELL_NUMERIC = (
@@ -65,18 +64,6 @@ def none_found(what: str, **wanted) -> str:
     """``no <what> in the table``, naming the filters that are set."""
     said = [f"{k}={v!r}" for k, v in wanted.items() if as_list(v) is not None]
     return f"no {what} in the table" + (f" with {', '.join(said)}" if said else "")
-
-
-def with_columns(table: pd.DataFrame, numeric=(), text=()) -> pd.DataFrame:
-    """A copy of ``table`` in which every named column exists: numeric ones as floats (NaN
-    where empty or absent), text ones as strings ("" where empty or absent)."""
-    out = table.copy()
-    for col in numeric:
-        out[col] = pd.to_numeric(out[col], errors="coerce") if col in out else np.nan
-        out[col] = out[col].astype(float)
-    for col in text:
-        out[col] = out[col].astype(object).fillna("").astype(str) if col in out else ""
-    return out
 
 
 def cells_of(cells: pd.DataFrame, **wanted) -> pd.DataFrame:
