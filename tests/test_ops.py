@@ -16,8 +16,8 @@ from ssmbench import counts, ops, reference
 from ssmbench.config import Size
 from ssmbench.models import BACKENDS, FAMILIES, build_model
 from ssmbench.models.attention import CONCAT_BACKENDS, KVBuffer, kv_buffer, valid_cache
+from ssmbench.models.common import LOG_DECAY_FLOOR
 from ssmbench.models.mamba import TIME_BLOCK, blocked_scan, linear_scan, selective_scan_naive
-from ssmbench.models.mamba2 import FACTOR_LIMIT
 from ssmbench.numerics import assert_close, to_numpy
 from ssmbench.verify import verify_backend
 
@@ -216,8 +216,8 @@ def test_blocked_scan_block_lengths(block_len):
 
 
 def test_selective_scan_steep_and_gentle_blocks_together():
-    """Blocks whose decay is too steep for the split factors of blocked_scan (R > 2
-    FACTOR_LIMIT: scanned exactly) beside blocks that are not, in one call: a burst of
+    """Blocks whose decay is too steep for the split factors of blocked_scan (R > -2
+    LOG_DECAY_FLOOR: scanned exactly) beside blocks that are not, in one call: a burst of
     large steps in one batch row of an otherwise gentle sequence.  Values match the
     reference and gradients match autograd through the naive loop (fp64)."""
     (u, delta, A, B, C), kwargs = scan_inputs((2, 150, 6, 5), seed=14, dtype=torch.float64)
@@ -226,7 +226,7 @@ def test_selective_scan_steep_and_gentle_blocks_together():
     args = (u, delta, A, B, C)
     steps = F.softplus(delta + kwargs["delta_bias"])  # (b t d)
     totals = F.pad(steps, (0, 0, 0, -150 % TIME_BLOCK)).unflatten(1, (-1, TIME_BLOCK)).sum(2)
-    steep = (totals[..., None] * -A).amax(dim=(0, 2, 3)) > 2 * FACTOR_LIMIT  # (blocks)
+    steep = (totals[..., None] * -A).amax(dim=(0, 2, 3)) > -2 * LOG_DECAY_FLOOR  # (blocks)
     assert steep.any() and not steep.all()
     ref_y, ref_h = reference_scan(args, kwargs)
     leaves = [*args, *(v for v in kwargs.values() if torch.is_tensor(v))]

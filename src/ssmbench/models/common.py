@@ -1,12 +1,15 @@
-"""Pieces every model family shares: RMSNorm, the residual stack, and the one backend
-lookup with its error message.  The size preset is :class:`ssmbench.config.Size`."""
+"""Pieces the model families share: the numeric floor of log-decays, the dt-bias init,
+the short causal conv and its decode state, RMSNorm, the residual stack, and the one
+backend lookup with its error message.  The size preset is :class:`ssmbench.config.Size`."""
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.errors import CellTimeout
@@ -22,10 +25,73 @@ def widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
     )
 
 
+# Log-decays below this are raised to it before the exp, and the two factors a chunked
+# form splits a decay into are kept within e^+-(-LOG_DECAY_FLOOR).  exp(-60) = 8.7e-27 is
+# nothing next to the O(1) terms it is added to in float32 (or float64), yet far from
+# float32's subnormal range (below exp(-87.3)): subnormal or -inf arguments and results
+# send torch's CPU exp and MKL's matmul down slow scalar paths (20-160x slower), which a
+# realistic decay (dt A = -1.6 per token, so -100 within one 64-token chunk) would hit all
+# the time.  A factor within e^+-60 stays in float32's (and bf16's) normal range, and so
+# does its product with an O(1) input; fp16's (largest 65504, about e^11) does not hold it.
+LOG_DECAY_FLOOR = -60.0
+
+
 def inverse_softplus(y: torch.Tensor) -> torch.Tensor:
     """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y)).
     Stores a positive step size (dt) as the bias that softplus maps back to it."""
     return y + torch.log(-torch.expm1(-y))
+
+
+def dt_bias_init(
+    n: int, dt_min: float = 1e-3, dt_max: float = 1e-1, dt_init_floor: float = 1e-4
+) -> torch.Tensor:
+    """``(n,)`` biases of the step size, as mamba_ssm initialises them (Mamba, Mamba-2,
+    Mamba-3, and Gated DeltaNet's decay gate): dt log-uniform in [dt_min, dt_max], at
+    least dt_init_floor, stored as its inverse softplus, so that ``softplus(0 + bias)``
+    is dt.  Draws ``n`` numbers from torch's global generator."""
+    log_dt = torch.rand(n) * (math.log(dt_max) - math.log(dt_min))
+    dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (n)
+    return inverse_softplus(dt)
+
+
+class CausalConv1d(nn.Conv1d):
+    """The short depthwise causal convolution of Mamba's, Mamba-2's and DeltaNet's blocks,
+    followed by SiLU (mamba_ssm's ``causal_conv1d_fn(activation="silu")``, fla's
+    ``ShortConvolution``), over a sequence and one token at a time.
+
+    An ``nn.Conv1d`` (so its parameters are ``weight (d, 1, width)`` and ``bias (d,)``,
+    initialised as torch does) padded by ``width - 1`` on both sides, of which the output
+    keeps the first t: each output sees its own input and the ``width - 1`` before it.
+    Its decode state is the last ``width`` inputs ``(b, d, width)``, zeros before the
+    sequence."""
+
+    def __init__(self, channels: int, width: int, bias: bool = True):
+        super().__init__(
+            channels, channels, kernel_size=width, groups=channels, padding=width - 1, bias=bias
+        )
+        self.width = width
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: ``(b, t, d)`` -> silu(conv(x)) ``(b, t, d)`` and the decode state ``(b, d,
+        width)``."""
+        T = x.shape[1]
+        x = x.transpose(1, 2)  # (b d t)
+        state = F.pad(x, (max(self.width - T, 0), 0))[..., -self.width :].clone()  # (b d w)
+        y = F.silu(super().forward(x)[..., :T]).transpose(1, 2)  # (b t d), causal: cut to T
+        return y, state
+
+    def step(
+        self, x_t: torch.Tensor, state: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token: x_t ``(b, d)``, the state from :meth:`forward` or the last step (or
+        None for zeros) -> silu(conv) ``(b, d)`` and the new state ``(b, d, width)``."""
+        if state is None:
+            state = x_t.new_zeros(*x_t.shape, self.width)  # (b d w)
+        state = torch.cat([state[..., 1:], x_t[..., None]], dim=-1)  # (b d w)
+        y = torch.einsum("bdw,dw->bd", state, self.weight[:, 0])  # (b d)
+        if self.bias is not None:
+            y = y + self.bias
+        return F.silu(y), state
 
 
 class BackendUnavailable(RuntimeError):
@@ -50,8 +116,8 @@ def mixed_matmul_dtype(x: torch.Tensor) -> torch.dtype:
     fp64) torch-mixed is the torch backend's arithmetic exactly.
 
     fp16 raises :class:`BackendUnavailable`: the chunked forms fold split decays of up to
-    e^+-60 into their operands (``mamba2.FACTOR_LIMIT``, ``deltanet._LOG_FLOOR``), which
-    bf16 holds (fp32's exponent range) and fp16 (largest 65504, about e^11) does not."""
+    e^+-60 into their operands (:data:`LOG_DECAY_FLOOR`), which bf16 holds (fp32's
+    exponent range) and fp16 (largest 65504, about e^11) does not."""
     if x.dtype == torch.float16:
         raise BackendUnavailable(
             "torch-mixed takes bf16 (or fp32, where it is torch): fp16 cannot hold the "

@@ -68,7 +68,7 @@ from ssmbench.models import fused
 from ssmbench.models.common import (
     RMSNorm,
     cumsum,
-    inverse_softplus,
+    dt_bias_init,
     mixed_matmul_dtype,
     pick_backend,
     widen,
@@ -474,9 +474,7 @@ class Mamba3Mixer(nn.Module):
         self.B_bias = nn.Parameter(torch.ones(self.nheads, d_state))
         self.C_bias = nn.Parameter(torch.ones(self.nheads, d_state))
 
-        log_dt = torch.rand(self.nheads) * (math.log(dt_max) - math.log(dt_min))
-        dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (h)
-        self.dt_bias = nn.Parameter(inverse_softplus(dt))
+        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads, dt_min, dt_max, dt_init_floor))
         A = torch.empty(self.nheads).uniform_(*A_init_range)  # (h)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(self.nheads))
