@@ -308,6 +308,35 @@ class ResidualStack(nn.Module):
         return self.norm_f(x_t), new_caches
 
 
+class RandomDraws:
+    """Seeded random tensors for a family's ``random_inputs`` (verification, benchmark
+    scripts) and a cell's block input: each drawn in float32 on the CPU from
+    ``generator`` (the same numbers on every device), then rounded to ``dtype`` and moved
+    to ``device``."""
+
+    def __init__(
+        self,
+        generator: torch.Generator,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ):
+        self.generator = generator
+        self.device = torch.device(device)
+        self.dtype = dtype
+
+    def randn(self, *shape: int, scale: float = 1.0) -> torch.Tensor:
+        """Normal values of standard deviation ``scale``."""
+        x = torch.randn(*shape, generator=self.generator)
+        if scale != 1.0:  # (x * 1.0 is x: skipping it spares a copy of a long input)
+            x = x * scale
+        return x.to(device=self.device, dtype=self.dtype)
+
+    def rand(self, *shape: int, low: float, high: float) -> torch.Tensor:
+        """Values uniform in [low, high)."""
+        x = low + (high - low) * torch.rand(*shape, generator=self.generator)
+        return x.to(device=self.device, dtype=self.dtype)
+
+
 def random_like(value, generator: torch.Generator):
     """``value`` (a tensor, or tuples and lists of them, NamedTuples included) with every
     floating or complex tensor replaced by standard normal values of its shape, dtype,

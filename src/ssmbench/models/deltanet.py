@@ -79,6 +79,7 @@ from ssmbench.models import fused
 from ssmbench.models.common import (
     LOG_DECAY_FLOOR,
     CausalConv1d,
+    RandomDraws,
     RMSNorm,
     dt_bias_init,
     mixed_matmul_dtype,
@@ -449,6 +450,35 @@ def _l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     attention's ``l2norm``, eps included)."""
     (x_wide,) = widen(x)
     return (x_wide * torch.rsqrt(x_wide.pow(2).sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def random_inputs(
+    draws: RandomDraws,
+    b: int,
+    t: int,
+    h: int,
+    dk: int,
+    dv: int,
+    log_decay_range: tuple[float, float] = (0.0, 0.5),
+) -> dict[str, torch.Tensor]:
+    """Random arguments of :func:`delta_rule_torch` (its other backends and its step
+    alike) by name, drawn from ``draws`` in this order: q, k ``(b, t, h, dk)`` and v
+    ``(b, t, h, dv)`` standard normal, then q and k L2-normalized (in float32, rounded
+    back); beta ``(b, t, h)`` uniform in [0.05, 0.95]; the log-decay g ``(b, t, h)``
+    uniform in minus ``log_decay_range``; initial_state ``(b, h, dk, dv)`` standard normal.
+
+    Unit keys and beta in (0, 1) make every step contract the state, so errors do not grow
+    along the sequence; unit queries keep the outputs O(1) (the block's further
+    1 / sqrt(d_k) on q is left out: it would shrink them below atol; with queries of norm
+    sqrt(d_k) a plain DeltaNet's outputs reach 19, and bf16 matmuls miss atol on outputs
+    whose terms cancel).  ``log_decay_range`` sets how steep the decays are (a chunk whose
+    total is below LOG_DECAY_FLOOR takes an exact path)."""
+    q, k, v = draws.randn(b, t, h, dk), draws.randn(b, t, h, dk), draws.randn(b, t, h, dv)
+    q, k = (F.normalize(x.float(), dim=-1).to(x.dtype) for x in (q, k))  # (b t h k)
+    beta = draws.rand(b, t, h, low=0.05, high=0.95)
+    g = -draws.rand(b, t, h, low=log_decay_range[0], high=log_decay_range[1])
+    initial_state = draws.randn(b, h, dk, dv)
+    return {"q": q, "k": k, "v": v, "beta": beta, "g": g, "initial_state": initial_state}
 
 
 class DeltaNetMixer(nn.Module):

@@ -46,6 +46,7 @@ from ssmbench.models import fused
 from ssmbench.models.common import (
     LOG_DECAY_FLOOR,
     CausalConv1d,
+    RandomDraws,
     dt_bias_init,
     not_offered,
     pick_backend,
@@ -443,6 +444,31 @@ SCAN_STEP_BACKENDS = {
     "torch-mixed": NO_MIXED_FORM,
     "fused": fused.selective_scan_step_fused,  # mamba_ssm's Triton selective_state_update
 }
+
+
+def random_inputs(draws: RandomDraws, b: int, t: int, d: int, n: int) -> dict[str, torch.Tensor]:
+    """Random arguments of :func:`selective_scan_torch` (its other backends and its step
+    alike) by name, for ``d`` channels and state size ``n``, drawn from ``draws`` in this
+    order: u, the raw step delta (std 1/2), z ``(b, t, d)``; A ``(d, n)`` uniform in
+    [-2, -0.5]; B, C ``(b, t, n)``; D and delta_bias (std 1/2) ``(d,)``; initial_state
+    ``(b, d, n)``.  All standard normal but A and the two noted; delta and delta_bias are
+    meant for ``delta_softplus=True``."""
+    u, delta, z = draws.randn(b, t, d), draws.randn(b, t, d, scale=0.5), draws.randn(b, t, d)
+    A = -draws.rand(d, n, low=0.5, high=2.0)
+    B, C = draws.randn(b, t, n), draws.randn(b, t, n)
+    D, delta_bias = draws.randn(d), draws.randn(d, scale=0.5)
+    initial_state = draws.randn(b, d, n)
+    return {
+        "u": u,
+        "delta": delta,
+        "A": A,
+        "B": B,
+        "C": C,
+        "D": D,
+        "z": z,
+        "delta_bias": delta_bias,
+        "initial_state": initial_state,
+    }
 
 
 class MambaMixer(nn.Module):

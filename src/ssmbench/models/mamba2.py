@@ -57,6 +57,7 @@ from ssmbench.models import fused
 from ssmbench.models.common import (
     LOG_DECAY_FLOOR,
     CausalConv1d,
+    RandomDraws,
     RMSNorm,
     cumsum,
     dt_bias_init,
@@ -479,6 +480,36 @@ SSD_STEP_BACKENDS = {
     "torch-mixed": ssd_step,
     "fused": fused.ssd_step_fused,  # mamba_ssm's Triton selective_state_update
 }
+
+
+def random_inputs(
+    draws: RandomDraws,
+    b: int,
+    t: int,
+    h: int,
+    p: int,
+    g: int,
+    n: int,
+    dt_range: tuple[float, float] = (0.01, 1.0),
+) -> dict[str, torch.Tensor]:
+    """Random arguments of :func:`ssd_chunked` (its other backends and its step alike) by
+    name, drawn from ``draws`` in this order: x ``(b, t, h, p)`` standard normal; dt
+    ``(b, t, h)`` uniform in ``dt_range`` (positive, as after softplus); A ``(h,)`` uniform
+    in [-2, -0.5]; B, C ``(b, t, g, n)`` with variance 1 / n, so that C . B ~ N(0, 1) and
+    the outputs are O(1) (with unit variance they reach 40, and a form with bf16 matmuls
+    misses atol on outputs whose terms cancel); D ``(h,)`` and initial_state
+    ``(b, h, p, n)`` standard normal.
+
+    ``dt_range`` sets how steep the decays are, the one choice of values that changes the
+    work (a chunk steeper than ``-2 LOG_DECAY_FLOOR`` is recomputed exactly): the default
+    reaches steep decays, for correctness; a timing takes steps inside the block's init
+    range, [dt_min, dt_max] = [0.001, 0.1]."""
+    x = draws.randn(b, t, h, p)
+    dt = draws.rand(b, t, h, low=dt_range[0], high=dt_range[1])
+    A = -draws.rand(h, low=0.5, high=2.0)
+    B, C = (draws.randn(b, t, g, n, scale=n**-0.5) for _ in "BC")  # C . B ~ N(0, 1)
+    D, initial_state = draws.randn(h), draws.randn(b, h, p, n)
+    return {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "initial_state": initial_state}
 
 
 class Mamba2Mixer(nn.Module):

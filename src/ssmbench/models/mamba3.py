@@ -66,6 +66,7 @@ from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
 from ssmbench.models import fused
 from ssmbench.models.common import (
+    RandomDraws,
     RMSNorm,
     cumsum,
     dt_bias_init,
@@ -412,6 +413,55 @@ MAMBA3_STEP_BACKENDS = {
     "torch-mixed": mamba3_step,
     "fused": fused.mamba3_step_fused,
 }
+
+
+# |theta| < pi: the rate mamba_ssm's blocks produce (pi tanh(.)); the fused wrapper maps it
+# back through atanh(theta / pi), so random rates stay inside
+THETA_MAX = 3.0
+
+
+def random_inputs(
+    draws: RandomDraws,
+    b: int,
+    t: int,
+    h: int,
+    g: int,
+    p: int,
+    n: int,
+    r: int,
+    dt_range: tuple[float, float] = (0.05, 0.5),
+) -> dict[str, torch.Tensor | Mamba3State]:
+    """Random arguments of :func:`mamba3_torch` (its other backends and its step alike) by
+    name, drawn from ``draws`` in this order: x ``(b, t, h, p)`` standard normal; dt
+    ``(b, t, h)`` uniform in ``dt_range``; A ``(h,)`` uniform in [-2, -0.5]; B, C ``(b, t,
+    g, n)`` with variance 1 / n (C . B and the outputs O(1), as
+    :func:`ssmbench.models.mamba2.random_inputs`); theta ``(b, t, h, r)`` uniform in
+    +-THETA_MAX; lam ``(b, t, h)`` uniform in [0, 1]; the initial :class:`Mamba3State`
+    (ssm ``(b, h, p, n)``, phase ``(b, h, r)``, B_prev ``(b, h, n)``, x_prev ``(b, h, p)``)
+    and D ``(h,)``, standard normal.  ``dt_range`` sets how steep the decays are, as in
+    Mamba-2's."""
+    x = draws.randn(b, t, h, p)
+    dt = draws.rand(b, t, h, low=dt_range[0], high=dt_range[1])
+    A = -draws.rand(h, low=0.5, high=2.0)
+    B = draws.randn(b, t, g, n, scale=n**-0.5)
+    C = draws.randn(b, t, g, n, scale=n**-0.5)
+    theta = draws.rand(b, t, h, r, low=-THETA_MAX, high=THETA_MAX)
+    lam = draws.rand(b, t, h, low=0.0, high=1.0)
+    initial_state = Mamba3State(
+        draws.randn(b, h, p, n), draws.randn(b, h, r), draws.randn(b, h, n), draws.randn(b, h, p)
+    )
+    D = draws.randn(h)
+    return {
+        "x": x,
+        "dt": dt,
+        "A": A,
+        "B": B,
+        "C": C,
+        "theta": theta,
+        "lam": lam,
+        "D": D,
+        "initial_state": initial_state,
+    }
 
 
 class Mamba3Mixer(nn.Module):

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
-from ssmbench.models.common import not_offered, pick_backend, widen
+from ssmbench.models.common import RandomDraws, not_offered, pick_backend, widen
 
 S4DCache = tuple[torch.Tensor]  # (ssm_state (b, h, n) complex,)
 
@@ -265,6 +265,31 @@ NO_MIXED_FORM = not_offered(
 )
 S4D_BACKENDS = {"naive": s4d_naive, "torch": s4d_fft, "torch-mixed": NO_MIXED_FORM}
 S4D_STEP_BACKENDS = {"naive": s4d_step, "torch": s4d_step, "torch-mixed": NO_MIXED_FORM}
+
+
+def random_inputs(draws: RandomDraws, b: int, t: int, h: int, n: int) -> dict[str, torch.Tensor]:
+    """Random arguments of :func:`s4d_fft` (its other backends and its step alike) by
+    name, drawn from ``draws`` in this order: u ``(b, t, h)`` standard normal; log_dt
+    ``(h,)`` uniform in [log 1e-3, log 1e-1] (the block's init); stable modes A ``(h, n)``
+    with Re A uniform in [-1, -0.1] and Im A in [0, 3 pi] (S4D-Lin: Im A_k = pi k); C
+    ``(h, n)`` complex standard normal parts; D ``(h,)``; initial_state ``(b, h, n)``
+    complex.  The complex ones are made from parts drawn in the dtype under test (so a
+    reference sees the rounded numbers) and held in complex64 at least: there is no
+    complex half."""
+    wide = torch.float64 if draws.dtype == torch.float64 else torch.float32
+
+    def complex_of(real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
+        return torch.complex(real.to(wide), imag.to(wide))
+
+    u = draws.randn(b, t, h)
+    log_dt = draws.rand(h, low=math.log(1e-3), high=math.log(1e-1))
+    A = complex_of(
+        -draws.rand(h, n, low=0.1, high=1.0), draws.rand(h, n, low=0.0, high=3 * math.pi)
+    )
+    C = complex_of(draws.randn(h, n), draws.randn(h, n))
+    D = draws.randn(h)
+    initial_state = complex_of(draws.randn(b, h, n), draws.randn(b, h, n))
+    return {"u": u, "log_dt": log_dt, "A": A, "C": C, "D": D, "initial_state": initial_state}
 
 
 class S4DMixer(nn.Module):

@@ -36,7 +36,7 @@ import torch
 from ssmbench.config import Size
 from ssmbench.models import DTYPES, build_model
 from ssmbench.models.attention import valid_cache
-from ssmbench.models.common import BackendUnavailable
+from ssmbench.models.common import BackendUnavailable, RandomDraws
 from ssmbench.numerics import compare
 
 # Backends whose kernels are Triton or CUDA code of their own (mamba_ssm, fla, FlashAttention)
@@ -131,21 +131,13 @@ def block_setting(backend: str) -> tuple[Size, int]:
     return BLOCK_SIZE, BLOCK_D_STATE
 
 
-class Inputs:
-    """Seeded random tensors: drawn in float32 on the CPU, then cast and moved."""
+class Inputs(RandomDraws):
+    """:class:`~ssmbench.models.common.RandomDraws` from a fresh generator seeded with
+    ``seed``: the operator checks take their inputs from each family's
+    ``random_inputs(draws, ...)``."""
 
     def __init__(self, seed: int, device: torch.device, dtype: torch.dtype):
-        self.generator = torch.Generator().manual_seed(seed)
-        self.device = device
-        self.dtype = dtype
-
-    def randn(self, *shape: int, scale: float = 1.0) -> torch.Tensor:
-        x = torch.randn(*shape, generator=self.generator) * scale
-        return x.to(device=self.device, dtype=self.dtype)
-
-    def rand(self, *shape: int, low: float, high: float) -> torch.Tensor:
-        x = low + (high - low) * torch.rand(*shape, generator=self.generator)
-        return x.to(device=self.device, dtype=self.dtype)
+        super().__init__(torch.Generator().manual_seed(seed), device, dtype)
 
 
 def _check_block(
