@@ -42,15 +42,23 @@ def inverse_softplus(y: torch.Tensor) -> torch.Tensor:
     return y + torch.log(-torch.expm1(-y))
 
 
-def dt_bias_init(
-    n: int, dt_min: float = 1e-3, dt_max: float = 1e-1, dt_init_floor: float = 1e-4
-) -> torch.Tensor:
+# The initial step sizes of every family, mamba_ssm's defaults (dt_min, dt_max and
+# dt_init_floor of its Mamba, Mamba2 and Mamba3 modules; S4D's log_dt range is the same)
+DT_INIT_RANGE = (1e-3, 1e-1)
+DT_INIT_FLOOR = 1e-4
+# -A uniform in this range per head (mamba_ssm's Mamba2 ``A_init_range``; Mamba-3 and
+# Gated DeltaNet take it too)
+A_INIT_RANGE = (1.0, 16.0)
+
+
+def dt_bias_init(n: int) -> torch.Tensor:
     """``(n,)`` biases of the step size, as mamba_ssm initialises them (Mamba, Mamba-2,
-    Mamba-3, and Gated DeltaNet's decay gate): dt log-uniform in [dt_min, dt_max], at
-    least dt_init_floor, stored as its inverse softplus, so that ``softplus(0 + bias)``
-    is dt.  Draws ``n`` numbers from torch's global generator."""
+    Mamba-3, and Gated DeltaNet's decay gate): dt log-uniform in DT_INIT_RANGE, at least
+    DT_INIT_FLOOR, stored as its inverse softplus, so that ``softplus(0 + bias)`` is dt.
+    Draws ``n`` numbers from torch's global generator."""
+    dt_min, dt_max = DT_INIT_RANGE
     log_dt = torch.rand(n) * (math.log(dt_max) - math.log(dt_min))
-    dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (n)
+    dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=DT_INIT_FLOOR)  # (n)
     return inverse_softplus(dt)
 
 
@@ -359,9 +367,9 @@ def random_like(value, generator: torch.Generator):
 
 def cumsum(x: torch.Tensor, dim: int) -> torch.Tensor:
     """torch.cumsum along ``dim``, run along the innermost axis of a contiguous copy and
-    returned as a view in x's axis order: torch's CPU cumsum is ~9x slower along an outer
-    axis (0.87 ms against 0.10 ms for a (4096, 64) cumsum over the 4096 on this project's
-    2-core test machine), and the copy costs less than the difference."""
+    returned as a view in x's axis order: torch's CPU cumsum along an outer axis is several
+    times slower (about 9x for a (4096, 64) cumsum over the 4096), and the copy costs less
+    than the difference."""
     dim = dim % x.dim()
     if dim == x.dim() - 1:
         return torch.cumsum(x, dim=-1)

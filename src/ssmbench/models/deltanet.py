@@ -77,6 +77,7 @@ from torch import nn
 from ssmbench.config import Size
 from ssmbench.models import fused
 from ssmbench.models.common import (
+    A_INIT_RANGE,
     LOG_DECAY_FLOOR,
     CausalConv1d,
     RandomDraws,
@@ -495,7 +496,7 @@ class DeltaNetMixer(nn.Module):
     ``gated=True`` is Gated DeltaNet (the benchmark's ``deltanet`` block, so that the
     family has decays); ``gated=False`` is DeltaNet (g = None).  d_k = d_v = head_dim.
     Init of the decay as Mamba-2 / Gated DeltaNet: A uniform in [1, 16], stored as log;
-    dt log-uniform in [dt_min, dt_max] (at least dt_init_floor), stored as the inverse
+    dt log-uniform in DT_INIT_RANGE (at least DT_INIT_FLOOR), stored as the inverse
     softplus in dt_bias.
     """
 
@@ -507,10 +508,6 @@ class DeltaNetMixer(nn.Module):
         d_conv: int = 4,
         chunk_size: int = 64,
         gated: bool = True,
-        norm_eps: float = 1e-5,
-        dt_min: float = 1e-3,
-        dt_max: float = 1e-1,
-        dt_init_floor: float = 1e-4,
     ):
         super().__init__()
         self.n_heads = n_heads  # h
@@ -530,10 +527,10 @@ class DeltaNetMixer(nn.Module):
         self.b_proj = nn.Linear(d_model, n_heads, bias=False)
         if gated:
             self.a_proj = nn.Linear(d_model, n_heads, bias=False)
-            A = torch.empty(n_heads).uniform_(1.0, 16.0)  # (h)
+            A = torch.empty(n_heads).uniform_(*A_INIT_RANGE)  # (h)
             self.A_log = nn.Parameter(torch.log(A))
-            self.dt_bias = nn.Parameter(dt_bias_init(n_heads, dt_min, dt_max, dt_init_floor))
-        self.o_norm = RMSNorm(head_dim, eps=norm_eps)
+            self.dt_bias = nn.Parameter(dt_bias_init(n_heads))
+        self.o_norm = RMSNorm(head_dim)
         self.out_proj = nn.Linear(inner, d_model, bias=False)
 
     def _gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -481,7 +481,8 @@ class MambaMixer(nn.Module):
         out = out_proj(y)
 
     Init as the paper: A = -(1, 2, ..., N) per channel (S4D-real), D = 1, dt log-uniform
-    in [dt_min, dt_max] stored as the inverse softplus in dt_proj.bias.
+    in DT_INIT_RANGE stored as the inverse softplus in dt_proj.bias
+    (:func:`~ssmbench.models.common.dt_bias_init`).
     """
 
     def __init__(
@@ -491,9 +492,6 @@ class MambaMixer(nn.Module):
         d_conv: int = 4,
         expand: int = 2,
         chunk_size: int = 64,
-        dt_min: float = 1e-3,
-        dt_max: float = 1e-1,
-        dt_init_floor: float = 1e-4,
     ):
         super().__init__()
         self.d_inner = expand * d_model  # E * D
@@ -509,10 +507,10 @@ class MambaMixer(nn.Module):
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
 
         # dt_proj: weight uniform in +-R^-1/2, bias = softplus^-1(dt), dt log-uniform
-        # in [dt_min, dt_max] and at least dt_init_floor (mamba_simple's "random" init)
+        # in DT_INIT_RANGE and at least DT_INIT_FLOOR (mamba_simple's "random" init)
         nn.init.uniform_(self.dt_proj.weight, -(self.dt_rank**-0.5), self.dt_rank**-0.5)
         with torch.no_grad():
-            self.dt_proj.bias.copy_(dt_bias_init(self.d_inner, dt_min, dt_max, dt_init_floor))
+            self.dt_proj.bias.copy_(dt_bias_init(self.d_inner))
 
         # S4D-real: A_n = -(n + 1), stored as log so that A stays negative
         A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(self.d_inner, 1)  # (d n)

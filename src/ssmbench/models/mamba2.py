@@ -55,6 +55,7 @@ from torch import nn
 from ssmbench.config import Size
 from ssmbench.models import fused
 from ssmbench.models.common import (
+    A_INIT_RANGE,
     LOG_DECAY_FLOOR,
     CausalConv1d,
     RandomDraws,
@@ -503,7 +504,7 @@ def random_inputs(
     ``dt_range`` sets how steep the decays are, the one choice of values that changes the
     work (a chunk steeper than ``-2 LOG_DECAY_FLOOR`` is recomputed exactly): the default
     reaches steep decays, for correctness; a timing takes steps inside the block's init
-    range, [dt_min, dt_max] = [0.001, 0.1]."""
+    range, DT_INIT_RANGE = [0.001, 0.1]."""
     x = draws.randn(b, t, h, p)
     dt = draws.rand(b, t, h, low=dt_range[0], high=dt_range[1])
     A = -draws.rand(h, low=0.5, high=2.0)
@@ -522,7 +523,7 @@ class Mamba2Mixer(nn.Module):
         out = out_proj(norm(y * silu(z)))       gated RMSNorm (norm after the gate)
 
     Init as mamba_ssm: A uniform in [1, 16] per head (stored as log), D = 1,
-    dt log-uniform in [dt_min, dt_max] (at least dt_init_floor) stored as the inverse
+    dt log-uniform in DT_INIT_RANGE (at least DT_INIT_FLOOR) stored as the inverse
     softplus in dt_bias.
 
     The inner width ``expand * d_model`` is cut into ``nheads = d_inner // head_dim`` heads;
@@ -539,10 +540,6 @@ class Mamba2Mixer(nn.Module):
         head_dim: int = 64,
         ngroups: int = 1,
         chunk_size: int = 64,
-        dt_min: float = 1e-3,
-        dt_max: float = 1e-1,
-        dt_init_floor: float = 1e-4,
-        A_init_range: tuple[float, float] = (1.0, 16.0),
     ):
         super().__init__()
         self.d_inner = expand * d_model  # E * D
@@ -562,8 +559,8 @@ class Mamba2Mixer(nn.Module):
 
         self.in_proj = nn.Linear(d_model, self.d_inner + self.conv_dim + self.nheads, bias=False)
         self.conv1d = CausalConv1d(self.conv_dim, d_conv, bias=True)
-        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads, dt_min, dt_max, dt_init_floor))
-        A = torch.empty(self.nheads).uniform_(*A_init_range)  # (h)
+        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads))
+        A = torch.empty(self.nheads).uniform_(*A_INIT_RANGE)  # (h)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(self.nheads))
         self.norm = RMSNorm(self.d_inner)

@@ -66,6 +66,7 @@ from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
 from ssmbench.models import fused
 from ssmbench.models.common import (
+    A_INIT_RANGE,
     RandomDraws,
     RMSNorm,
     cumsum,
@@ -479,10 +480,10 @@ class Mamba3Mixer(nn.Module):
     per-head biases turn into per-head B and C (the op sees g = h); r = n/4 rotation angles
     shared by all heads (mamba_ssm's rope_fraction 0.5).
 
-    Init as mamba_ssm: dt log-uniform in [dt_min, dt_max] stored as softplus^-1 in dt_bias,
+    Init as mamba_ssm: dt log-uniform in DT_INIT_RANGE stored as softplus^-1 in dt_bias,
     B_bias = C_bias = 1, D = 1, RMSNorm weights 1.  A is one learned value per head
     (mamba_ssm projects a data-dependent A; the operator here takes A ``(h,)``), drawn
-    uniform in [1, 16] as Mamba-2's ``A_init_range`` and stored as log(-A).
+    uniform in A_INIT_RANGE = [1, 16] as Mamba-2's and stored as log(-A).
     """
 
     def __init__(
@@ -492,10 +493,6 @@ class Mamba3Mixer(nn.Module):
         expand: int = 2,
         head_dim: int = 64,
         chunk_size: int = 64,
-        dt_min: float = 1e-3,
-        dt_max: float = 1e-1,
-        dt_init_floor: float = 1e-4,
-        A_init_range: tuple[float, float] = (1.0, 16.0),
     ):
         super().__init__()
         self.nheads = (expand * d_model) // head_dim  # H
@@ -524,8 +521,8 @@ class Mamba3Mixer(nn.Module):
         self.B_bias = nn.Parameter(torch.ones(self.nheads, d_state))
         self.C_bias = nn.Parameter(torch.ones(self.nheads, d_state))
 
-        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads, dt_min, dt_max, dt_init_floor))
-        A = torch.empty(self.nheads).uniform_(*A_init_range)  # (h)
+        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads))
+        A = torch.empty(self.nheads).uniform_(*A_INIT_RANGE)  # (h)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(self.nheads))
 
