@@ -190,8 +190,9 @@ def verify_backend(
     """Check ``backend`` of ``model``'s operator and block against the float64 reference.
 
     Args:
-        model: a family of :data:`ssmbench.models.FAMILIES` ("attention" or "mamba").
-        backend: one of :data:`ssmbench.models.BACKENDS`.
+        model: a family of :data:`ssmbench.models.FAMILIES`.
+        backend: one of :data:`ssmbench.models.ALL_BACKENDS` or of
+            :data:`ssmbench.models.GRAPH_BACKENDS`.
         device: where to run ("cpu", "cuda", "cuda:1", ...).
         dtype: "fp32", "fp16", "bf16" or "fp64"; the inputs are made in it and the
             tolerance is that dtype's row of :data:`ssmbench.numerics.TOLERANCES`, or
