@@ -37,68 +37,66 @@ import torch
 from ssmbench import counts, ops
 from ssmbench.config import load, plan
 from ssmbench.measure.allocator import POLICIES, set_host_allocator
+from ssmbench.models import attention, deltanet, mamba, mamba2, mamba3, s4d
+from ssmbench.models.common import RandomDraws
 from ssmbench.registry import OPERATOR_FAMILIES as FAMILIES
 from ssmbench.scripting import positive_int
 from ssmbench.stats import ratio_interval
 
+# Mamba-2/3's step sizes and DeltaNet's per-token log-decays, as the blocks' init makes
+# them (dt in [0.001, 0.1]), not the verify draws' steep ones: a chunk that forgets within
+# itself takes an exact path, which would change the work timed
+STEP_RANGE = (0.01, 0.1)
+LOG_DECAY_RANGE = (0.01, 0.1)
+
 
 def op_inputs(family: str, t: int, size, d_state: int, gen: torch.Generator):
-    """(function of backend, analytic FLOPs) for one family's operator at length t."""
-
-    def randn(*shape, scale=1.0):
-        return torch.randn(*shape, generator=gen) * scale
-
-    def rand(*shape, low, high):
-        return low + (high - low) * torch.rand(*shape, generator=gen)
-
+    """(function of backend, analytic FLOPs) for one family's operator at length t, on the
+    family's ``random_inputs`` from ``gen`` (steps inside the blocks' init range: the
+    decays' steepness is the one property of the values that changes the work)."""
+    draws = RandomDraws(gen)
     b, D, E = 1, size.d_model, size.d_inner
     if family == "attention":
         h, d = size.n_heads, size.head_dim
-        q, k, v = (randn(b, t, h, d) for _ in range(3))
+        qkv = attention.random_inputs(draws, b, t, h, d)
         flop = counts.attention_op_flop(b, t, h, d)
-        return (lambda be: ops.attention(q, k, v, backend=be)), flop
+        return (lambda be: ops.attention(**qkv, backend=be)), flop
     if family == "mamba":
-        u, delta, z = randn(b, t, E), randn(b, t, E, scale=0.5), randn(b, t, E)
-        A = -rand(E, d_state, low=0.5, high=2.0)
-        B, C = randn(b, t, d_state), randn(b, t, d_state)
-        Dskip, bias = randn(E), randn(E, scale=0.5)
-        kw = dict(D=Dskip, z=z, delta_bias=bias, delta_softplus=True, chunk_size=size.chunk)
+        kw = mamba.random_inputs(draws, b, t, E, d_state)
+        del kw["initial_state"]
         flop = counts.selective_scan_op_flop(b, t, E, d_state)
-        return (lambda be: ops.selective_scan(u, delta, A, B, C, **kw, backend=be)), flop
-    if family in ("mamba2", "mamba3"):
+        return (
+            lambda be: ops.selective_scan(
+                **kw, delta_softplus=True, chunk_size=size.chunk, backend=be
+            )
+        ), flop
+    if family == "mamba2":
         p = size.head_dim
         h = E // p
-        x, dt = randn(b, t, h, p), rand(b, t, h, low=0.01, high=0.1)
-        A = -rand(h, low=0.5, high=2.0)
-        B, C = randn(b, t, 1, d_state), randn(b, t, 1, d_state)
-        if family == "mamba2":
-            flop = counts.ssd_op_flop(b, t, h, p, d_state, 1, size.chunk)
-            return (lambda be: ops.ssd(x, dt, A, B, C, chunk_size=size.chunk, backend=be)), flop
-        theta = rand(b, t, h, d_state // 2, low=-1.0, high=1.0)
-        lam = rand(b, t, h, low=0.0, high=1.0)
+        drawn = mamba2.random_inputs(draws, b, t, h, p, 1, d_state, dt_range=STEP_RANGE)
+        x, dt, A, B, C = (drawn[name] for name in ("x", "dt", "A", "B", "C"))
+        flop = counts.ssd_op_flop(b, t, h, p, d_state, 1, size.chunk)
+        return (lambda be: ops.ssd(x, dt, A, B, C, chunk_size=size.chunk, backend=be)), flop
+    if family == "mamba3":
+        p = size.head_dim
+        h = E // p
+        r = d_state // 2  # every state pair rotated
+        drawn = mamba3.random_inputs(draws, b, t, h, 1, p, d_state, r, dt_range=STEP_RANGE)
+        args = tuple(drawn[name] for name in ("x", "dt", "A", "B", "C", "theta", "lam"))
         flop = counts.mamba3_op_flop(b, t, h, p, d_state, 1, size.chunk)
-        return (
-            lambda be: ops.mamba3(x, dt, A, B, C, theta, lam, chunk_size=size.chunk, backend=be)
-        ), flop
+        return (lambda be: ops.mamba3(*args, chunk_size=size.chunk, backend=be)), flop
     if family == "deltanet":
         h, d = size.n_heads, size.head_dim
-        q = torch.nn.functional.normalize(randn(b, t, h, d), dim=-1)
-        k = torch.nn.functional.normalize(randn(b, t, h, d), dim=-1)
-        v, beta = randn(b, t, h, d), rand(b, t, h, low=0.1, high=0.9)
-        g = -rand(b, t, h, low=0.01, high=0.1)
+        kw = deltanet.random_inputs(draws, b, t, h, d, d, log_decay_range=LOG_DECAY_RANGE)
+        del kw["initial_state"]
         flop = counts.delta_rule_op_flop(b, t, h, d, d, size.chunk)
-        return (
-            lambda be: ops.delta_rule(q, k, v, beta, g=g, chunk_size=size.chunk, backend=be)
-        ), flop
+        return (lambda be: ops.delta_rule(**kw, chunk_size=size.chunk, backend=be)), flop
     if family == "s4d":
         n = d_state // 2
-        u = randn(b, t, D)
-        log_dt = rand(D, low=-6.9, high=-2.3)
-        A = torch.complex(-0.5 * torch.ones(D, n), torch.pi * torch.arange(n).repeat(D, 1))
-        C = torch.complex(randn(D, n), randn(D, n))
-        Dskip = randn(D)
+        kw = s4d.random_inputs(draws, b, t, D, n)
+        del kw["initial_state"]
         flop = counts.s4d_op_flop(b, t, D, n)
-        return (lambda be: ops.s4d(u, log_dt, A, C, Dskip, backend=be)), flop
+        return (lambda be: ops.s4d(**kw, backend=be)), flop
     raise ValueError(family)
 
 

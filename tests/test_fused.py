@@ -486,10 +486,10 @@ def test_mamba3_verify_inputs_pass_the_kernel_check_and_bound_theta():
             _FakeCudaTensor(b, t, h, r),
         )
         fused._mamba3_check(x, B, theta)  # raises BackendUnavailable if illegal
-        args, _, _ = verify_mamba3._inputs(
+        drawn = mamba3.random_inputs(
             Inputs(0, torch.device("cpu"), torch.float32), *(b, t, h, g, p, n, r)
         )
-        assert args[5].abs().max() < np.pi  # atanh(theta / pi) stays finite
+        assert drawn["theta"].abs().max() < np.pi  # atanh(theta / pi) stays finite
     r = mamba3.Mamba3Mixer(
         FUSED_BLOCK_SIZE.d_model, d_state=FUSED_BLOCK_D_STATE, head_dim=FUSED_BLOCK_SIZE.head_dim
     ).n_angles

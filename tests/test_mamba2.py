@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from ssmbench import ops, reference
 from ssmbench.config import Size
 from ssmbench.models import BACKENDS, DTYPES
-from ssmbench.models.mamba2 import FACTOR_LIMIT, SSD_BACKENDS, Mamba2Mixer, build_mixer
+from ssmbench.models.common import LOG_DECAY_FLOOR
+from ssmbench.models.mamba2 import SSD_BACKENDS, Mamba2Mixer, build_mixer
 from ssmbench.numerics import assert_close, to_numpy
 
 # (b, t, h, p, g, n): T = 1; lengths that no chunk size below divides (63, 70) and one that
@@ -144,7 +145,7 @@ def test_ssd_many_chunks(decay_scale, chunk_size):
 @pytest.mark.parametrize("g", [1, 4], ids=["shared-BC", "BC-per-head"])
 def test_ssd_steep_and_gentle_chunks_together(g):
     """Heads whose decay over a chunk is too steep for the split factors of chunked_scan
-    (R > 2 FACTOR_LIMIT: recomputed exactly) beside heads that are not, and a burst of
+    (R > -2 LOG_DECAY_FLOOR: recomputed exactly) beside heads that are not, and a burst of
     large dt inside an otherwise gentle sequence: every (chunk, head) takes the path its
     own decay calls for, and all of them match the reference, values and gradients."""
     args, kwargs = ssd_inputs((2, 150, 4, 6, g, 5), seed=11, dtype=torch.float64)
@@ -153,7 +154,7 @@ def test_ssd_steep_and_gentle_chunks_together(g):
     dt = dt.clone()
     dt[1, 40:50] += 25.0  # one batch row: a burst steep for every head
     args = (x, dt, A, B, C)
-    steep = (-(dt * A).unflatten(1, (-1, 30)).sum(2)) > 2 * FACTOR_LIMIT  # (b c h) at Q = 30
+    steep = (-(dt * A).unflatten(1, (-1, 30)).sum(2)) > -2 * LOG_DECAY_FLOOR  # (b c h) at Q = 30
     assert steep.any() and not steep.all()
     ref_y, ref_h = reference_ssd(args, kwargs)
     leaves = [*args, kwargs["D"], kwargs["initial_state"]]

@@ -391,6 +391,7 @@ def _model_and_input(spec: CellSpec):
     import torch
 
     from ssmbench.models import DTYPES, GRAPH_BACKENDS, build_model
+    from ssmbench.models.common import RandomDraws
 
     c = spec.cell
     dtype = DTYPES[c.dtype]
@@ -407,8 +408,8 @@ def _model_and_input(spec: CellSpec):
     tokens = c.seq_len
     if c.phase == "decode" and spec.cache_source == "random":
         tokens = min(c.seq_len, RANDOM_CACHE_PREFIX + 1)
-    x = torch.randn(c.batch, tokens, spec.size.d_model, generator=generator)
-    return model, x.to(device=spec.device, dtype=dtype)
+    draws = RandomDraws(generator, spec.device, dtype)
+    return model, draws.randn(c.batch, tokens, spec.size.d_model)
 
 
 def profile_cell(

@@ -5,13 +5,22 @@ Same names, argument order and layouts as the NumPy references in
 :mod:`ssmbench.models`, and each op dispatches through that family's one dict of
 backends.  An unknown backend raises ValueError listing the known ones.
 
-Shapes (b batch, t time, h heads, d channels or head dim, n state size):
+Shapes (b batch, t time, h heads, d channels or head dim, p head dim, g groups of B and
+C, n state size, r rotation angles); each op returns its output and final state, and its
+``_step`` takes one token (no t axis) and a state or cache (None: empty):
 
 - ``attention(q, k, v, causal=True)``: q, k, v ``(b, t, h, d)`` -> ``(b, t, h, d)``.
-- ``selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state)``:
-  u, delta, z ``(b, t, d)``; A ``(d, n)``; B, C ``(b, t, n)``; D, delta_bias ``(d,)``;
-  state ``(b, d, n)`` -> ``(y (b, t, d), final_state (b, d, n))``.
-- ``attention_step`` and ``selective_scan_step``: the same for one token (no t axis).
+- ``selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state)``
+  (Mamba-1): u, delta, z ``(b, t, d)``; A ``(d, n)``; B, C ``(b, t, n)``; D, delta_bias
+  ``(d,)``; state ``(b, d, n)``.
+- ``ssd(x, dt, A, B, C, D, chunk_size, initial_state)`` (Mamba-2): x ``(b, t, h, p)``; dt
+  ``(b, t, h)``; A, D ``(h,)``; B, C ``(b, t, g, n)``; state ``(b, h, p, n)``.
+- ``mamba3(x, dt, A, B, C, theta, lam, D, chunk_size, initial_state)``: as ``ssd`` plus
+  theta ``(b, t, h, r)`` and lam ``(b, t, h)``; the state a ``Mamba3State``.
+- ``delta_rule(q, k, v, beta, g, chunk_size, initial_state)`` ((Gated) DeltaNet): q, k
+  ``(b, t, h, k)``; v ``(b, t, h, v)``; beta, g ``(b, t, h)``; state ``(b, h, k, v)``.
+- ``s4d(u, log_dt, A, C, D, initial_state)``: u ``(b, t, h)``; log_dt, D ``(h,)``; A, C
+  complex ``(h, n)``; state ``(b, h, n)`` complex.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.models import fused
-from ssmbench.models.common import not_offered, pick_backend
+from ssmbench.models.common import RandomDraws, not_offered, pick_backend
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # (k_cache, v_cache), each (b, t, h, d)
 # backends whose decode step concatenates a new cache each token (the seeds' loop)
@@ -202,6 +202,13 @@ ATTENTION_STEP_BACKENDS = {
     # flash_attn_with_kvcache, else the torch step (SDPA) on CUDA in half precision
     "fused": functools.partial(fused.attention_step_fused, without_flash=attention_step_torch),
 }
+
+
+def random_inputs(draws: RandomDraws, b: int, t: int, h: int, d: int) -> dict[str, torch.Tensor]:
+    """Random q, k, v ``(b, t, h, d)`` of :func:`attention_torch` (its other backends and
+    its step alike), standard normal, drawn from ``draws`` in that order."""
+    q, k, v = (draws.randn(b, t, h, d) for _ in range(3))
+    return {"q": q, "k": k, "v": v}
 
 
 class AttentionMixer(nn.Module):

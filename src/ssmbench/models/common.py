@@ -1,12 +1,15 @@
-"""Pieces every model family shares: RMSNorm, the residual stack, and the one backend
-lookup with its error message.  The size preset is :class:`ssmbench.config.Size`."""
+"""Pieces the model families share: the numeric floor of log-decays, the dt-bias init,
+the short causal conv and its decode state, RMSNorm, the residual stack, and the one
+backend lookup with its error message.  The size preset is :class:`ssmbench.config.Size`."""
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.errors import CellTimeout
@@ -23,10 +26,81 @@ def widen(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
     )
 
 
+# Log-decays below this are raised to it before the exp, and the two factors a chunked
+# form splits a decay into are kept within e^+-(-LOG_DECAY_FLOOR).  exp(-60) = 8.7e-27 is
+# nothing next to the O(1) terms it is added to in float32 (or float64), yet far from
+# float32's subnormal range (below exp(-87.3)): subnormal or -inf arguments and results
+# send torch's CPU exp and MKL's matmul down slow scalar paths (20-160x slower), which a
+# realistic decay (dt A = -1.6 per token, so -100 within one 64-token chunk) would hit all
+# the time.  A factor within e^+-60 stays in float32's (and bf16's) normal range, and so
+# does its product with an O(1) input; fp16's (largest 65504, about e^11) does not hold it.
+LOG_DECAY_FLOOR = -60.0
+
+
 def inverse_softplus(y: torch.Tensor) -> torch.Tensor:
     """x with softplus(x) = y, for y > 0: log(exp(y) - 1) = y + log(1 - exp(-y)).
     Stores a positive step size (dt) as the bias that softplus maps back to it."""
     return y + torch.log(-torch.expm1(-y))
+
+
+# The initial step sizes of every family, mamba_ssm's defaults (dt_min, dt_max and
+# dt_init_floor of its Mamba, Mamba2 and Mamba3 modules; S4D's log_dt range is the same)
+DT_INIT_RANGE = (1e-3, 1e-1)
+DT_INIT_FLOOR = 1e-4
+# -A uniform in this range per head (mamba_ssm's Mamba2 ``A_init_range``; Mamba-3 and
+# Gated DeltaNet take it too)
+A_INIT_RANGE = (1.0, 16.0)
+
+
+def dt_bias_init(n: int) -> torch.Tensor:
+    """``(n,)`` biases of the step size, as mamba_ssm initialises them (Mamba, Mamba-2,
+    Mamba-3, and Gated DeltaNet's decay gate): dt log-uniform in DT_INIT_RANGE, at least
+    DT_INIT_FLOOR, stored as its inverse softplus, so that ``softplus(0 + bias)`` is dt.
+    Draws ``n`` numbers from torch's global generator."""
+    dt_min, dt_max = DT_INIT_RANGE
+    log_dt = torch.rand(n) * (math.log(dt_max) - math.log(dt_min))
+    dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=DT_INIT_FLOOR)  # (n)
+    return inverse_softplus(dt)
+
+
+class CausalConv1d(nn.Conv1d):
+    """The short depthwise causal convolution of Mamba's, Mamba-2's and DeltaNet's blocks,
+    followed by SiLU (mamba_ssm's ``causal_conv1d_fn(activation="silu")``, fla's
+    ``ShortConvolution``), over a sequence and one token at a time.
+
+    An ``nn.Conv1d`` (so its parameters are ``weight (d, 1, width)`` and ``bias (d,)``,
+    initialised as torch does) padded by ``width - 1`` on both sides, of which the output
+    keeps the first t: each output sees its own input and the ``width - 1`` before it.
+    Its decode state is the last ``width`` inputs ``(b, d, width)``, zeros before the
+    sequence."""
+
+    def __init__(self, channels: int, width: int, bias: bool = True):
+        super().__init__(
+            channels, channels, kernel_size=width, groups=channels, padding=width - 1, bias=bias
+        )
+        self.width = width
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: ``(b, t, d)`` -> silu(conv(x)) ``(b, t, d)`` and the decode state ``(b, d,
+        width)``."""
+        T = x.shape[1]
+        x = x.transpose(1, 2)  # (b d t)
+        state = F.pad(x, (max(self.width - T, 0), 0))[..., -self.width :].clone()  # (b d w)
+        y = F.silu(super().forward(x)[..., :T]).transpose(1, 2)  # (b t d), causal: cut to T
+        return y, state
+
+    def step(
+        self, x_t: torch.Tensor, state: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token: x_t ``(b, d)``, the state from :meth:`forward` or the last step (or
+        None for zeros) -> silu(conv) ``(b, d)`` and the new state ``(b, d, width)``."""
+        if state is None:
+            state = x_t.new_zeros(*x_t.shape, self.width)  # (b d w)
+        state = torch.cat([state[..., 1:], x_t[..., None]], dim=-1)  # (b d w)
+        y = torch.einsum("bdw,dw->bd", state, self.weight[:, 0])  # (b d)
+        if self.bias is not None:
+            y = y + self.bias
+        return F.silu(y), state
 
 
 class BackendUnavailable(RuntimeError):
@@ -51,8 +125,8 @@ def mixed_matmul_dtype(x: torch.Tensor) -> torch.dtype:
     fp64) torch-mixed is the torch backend's arithmetic exactly.
 
     fp16 raises :class:`BackendUnavailable`: the chunked forms fold split decays of up to
-    e^+-60 into their operands (``mamba2.FACTOR_LIMIT``, ``deltanet._LOG_FLOOR``), which
-    bf16 holds (fp32's exponent range) and fp16 (largest 65504, about e^11) does not."""
+    e^+-60 into their operands (:data:`LOG_DECAY_FLOOR`), which bf16 holds (fp32's
+    exponent range) and fp16 (largest 65504, about e^11) does not."""
     if x.dtype == torch.float16:
         raise BackendUnavailable(
             "torch-mixed takes bf16 (or fp32, where it is torch): fp16 cannot hold the "
@@ -230,6 +304,35 @@ class ResidualStack(nn.Module):
         return self.norm_f(x_t), new_caches
 
 
+class RandomDraws:
+    """Seeded random tensors for a family's ``random_inputs`` (verification, benchmark
+    scripts) and a cell's block input: each drawn in float32 on the CPU from
+    ``generator`` (the same numbers on every device), then rounded to ``dtype`` and moved
+    to ``device``."""
+
+    def __init__(
+        self,
+        generator: torch.Generator,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ):
+        self.generator = generator
+        self.device = torch.device(device)
+        self.dtype = dtype
+
+    def randn(self, *shape: int, scale: float = 1.0) -> torch.Tensor:
+        """Normal values of standard deviation ``scale``."""
+        x = torch.randn(*shape, generator=self.generator)
+        if scale != 1.0:  # (x * 1.0 is x: skipping it spares a copy of a long input)
+            x = x * scale
+        return x.to(device=self.device, dtype=self.dtype)
+
+    def rand(self, *shape: int, low: float, high: float) -> torch.Tensor:
+        """Values uniform in [low, high)."""
+        x = low + (high - low) * torch.rand(*shape, generator=self.generator)
+        return x.to(device=self.device, dtype=self.dtype)
+
+
 def random_like(value, generator: torch.Generator):
     """``value`` (a tensor, or tuples and lists of them, NamedTuples included) with every
     floating or complex tensor replaced by standard normal values of its shape, dtype,
@@ -252,9 +355,9 @@ def random_like(value, generator: torch.Generator):
 
 def cumsum(x: torch.Tensor, dim: int) -> torch.Tensor:
     """torch.cumsum along ``dim``, run along the innermost axis of a contiguous copy and
-    returned as a view in x's axis order: torch's CPU cumsum is ~9x slower along an outer
-    axis (0.87 ms against 0.10 ms for a (4096, 64) cumsum over the 4096 on this project's
-    2-core test machine), and the copy costs less than the difference."""
+    returned as a view in x's axis order: torch's CPU cumsum along an outer axis is several
+    times slower (about 9x for a (4096, 64) cumsum over the 4096), and the copy costs less
+    than the difference."""
     dim = dim % x.dim()
     if dim == x.dim() - 1:
         return torch.cumsum(x, dim=-1)

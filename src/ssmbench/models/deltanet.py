@@ -70,8 +70,6 @@ Gated DeltaNet configurations, and any fused kernel (the ``fused`` backend's job
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -79,8 +77,12 @@ from torch import nn
 from ssmbench.config import Size
 from ssmbench.models import fused
 from ssmbench.models.common import (
+    A_INIT_RANGE,
+    LOG_DECAY_FLOOR,
+    CausalConv1d,
+    RandomDraws,
     RMSNorm,
-    inverse_softplus,
+    dt_bias_init,
     mixed_matmul_dtype,
     pick_backend,
     widen,
@@ -169,17 +171,12 @@ def delta_rule_naive(
     return o.to(out_dtype), state
 
 
-# exp(x) for x below about -87 underflows float32 to denormals or zero, which CPU vectorised
-# exp handles on a slow scalar path (about 30x slower); exp(-60) = 9e-27 is already nothing
-# next to O(1) terms in float32 or float64, so exponents are clamped there.  The same
-# bound keeps both factors of the in-chunk decays (Gamma_l and 1 / Gamma_s, see
-# _chunks_forward) within float32's normal range, and so their products.
-_LOG_FLOOR = -60.0
-
-
 def _exp(x: torch.Tensor, max: float | None = None) -> torch.Tensor:
-    """exp(clamp(x, -60, max)): exp without the underflow slow path (see _LOG_FLOOR)."""
-    return torch.exp(torch.clamp(x, min=_LOG_FLOOR, max=max))
+    """exp(clamp(x, LOG_DECAY_FLOOR, max)): exp without the underflow slow path; the same
+    bound keeps both factors of the in-chunk decays (Gamma_l and 1 / Gamma_s, see
+    :func:`_chunks_forward`) within float32's normal range, and so their products
+    (:data:`~ssmbench.models.common.LOG_DECAY_FLOOR`)."""
+    return torch.exp(torch.clamp(x, min=LOG_DECAY_FLOOR, max=max))
 
 
 # On CPU the chunks are processed a segment at a time, with about this many bytes per
@@ -244,15 +241,15 @@ def _chunks_forward(
         # L_ls = exp(gamma_l - gamma_s) = Gamma_l / Gamma_s on s <= l is rank one: Gamma_l
         # scales the rows' operand and 1 / Gamma_s the columns', so the matmuls apply L
         # and no (c, n, l, s) decay matrix is built.  Both factors stay within
-        # e^+-LOG_FLOOR; a chunk whose total decay is steeper (a head that forgets within
+        # e^+-LOG_DECAY_FLOOR; a chunk whose total decay is steeper (a head that forgets within
         # the chunk) gets its two products again from the exact L.
         gamma_exp = _exp(gamma)[..., None]  # Gamma_l, (c n l 1)
         q_gamma = q * gamma_exp  # diag(Gamma) Q
         k_gamma = k * gamma_exp  # diag(Gamma) K
-        k_inv_t = (k * _exp(-gamma, max=-_LOG_FLOOR)[..., None]).transpose(-1, -2).to(low)
+        k_inv_t = (k * _exp(-gamma, max=-LOG_DECAY_FLOOR)[..., None]).transpose(-1, -2).to(low)
         A = (k_gamma.to(low) @ k_inv_t).to(wide)  # k_l^T k_s L_ls, (c n l s); reads s < l
         scores = q_gamma.to(low) @ k_inv_t  # q_l^T k_s L_ls, (c n l s); masked below
-        steep = gamma[..., -1] < _LOG_FLOOR  # (c n)
+        steep = gamma[..., -1] < LOG_DECAY_FLOOR  # (c n)
         if steep.any():
             ic, i_n = steep.nonzero(as_tuple=True)  # j (chunk, head) pairs
             gamma_j = gamma[ic, i_n]  # (j l)
@@ -456,6 +453,35 @@ def _l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return (x_wide * torch.rsqrt(x_wide.pow(2).sum(-1, keepdim=True) + eps)).to(x.dtype)
 
 
+def random_inputs(
+    draws: RandomDraws,
+    b: int,
+    t: int,
+    h: int,
+    dk: int,
+    dv: int,
+    log_decay_range: tuple[float, float] = (0.0, 0.5),
+) -> dict[str, torch.Tensor]:
+    """Random arguments of :func:`delta_rule_torch` (its other backends and its step
+    alike) by name, drawn from ``draws`` in this order: q, k ``(b, t, h, dk)`` and v
+    ``(b, t, h, dv)`` standard normal, then q and k L2-normalized (in float32, rounded
+    back); beta ``(b, t, h)`` uniform in [0.05, 0.95]; the log-decay g ``(b, t, h)``
+    uniform in minus ``log_decay_range``; initial_state ``(b, h, dk, dv)`` standard normal.
+
+    Unit keys and beta in (0, 1) make every step contract the state, so errors do not grow
+    along the sequence; unit queries keep the outputs O(1) (the block's further
+    1 / sqrt(d_k) on q is left out: it would shrink them below atol; with queries of norm
+    sqrt(d_k) a plain DeltaNet's outputs reach 19, and bf16 matmuls miss atol on outputs
+    whose terms cancel).  ``log_decay_range`` sets how steep the decays are (a chunk whose
+    total is below LOG_DECAY_FLOOR takes an exact path)."""
+    q, k, v = draws.randn(b, t, h, dk), draws.randn(b, t, h, dk), draws.randn(b, t, h, dv)
+    q, k = (F.normalize(x.float(), dim=-1).to(x.dtype) for x in (q, k))  # (b t h k)
+    beta = draws.rand(b, t, h, low=0.05, high=0.95)
+    g = -draws.rand(b, t, h, low=log_decay_range[0], high=log_decay_range[1])
+    initial_state = draws.randn(b, h, dk, dv)
+    return {"q": q, "k": k, "v": v, "beta": beta, "g": g, "initial_state": initial_state}
+
+
 class DeltaNetMixer(nn.Module):
     """The (Gated) DeltaNet token mixer, as flash-linear-attention's DeltaNet and
     GatedDeltaNet layers build it (without their output gate):
@@ -470,7 +496,7 @@ class DeltaNetMixer(nn.Module):
     ``gated=True`` is Gated DeltaNet (the benchmark's ``deltanet`` block, so that the
     family has decays); ``gated=False`` is DeltaNet (g = None).  d_k = d_v = head_dim.
     Init of the decay as Mamba-2 / Gated DeltaNet: A uniform in [1, 16], stored as log;
-    dt log-uniform in [dt_min, dt_max] (at least dt_init_floor), stored as the inverse
+    dt log-uniform in DT_INIT_RANGE (at least DT_INIT_FLOOR), stored as the inverse
     softplus in dt_bias.
     """
 
@@ -482,10 +508,6 @@ class DeltaNetMixer(nn.Module):
         d_conv: int = 4,
         chunk_size: int = 64,
         gated: bool = True,
-        norm_eps: float = 1e-5,
-        dt_min: float = 1e-3,
-        dt_max: float = 1e-1,
-        dt_init_floor: float = 1e-4,
     ):
         super().__init__()
         self.n_heads = n_heads  # h
@@ -500,18 +522,15 @@ class DeltaNetMixer(nn.Module):
         self.v_proj = nn.Linear(d_model, inner, bias=False)
         # flash-linear-attention's ShortConvolution: depthwise, causal, no bias, then SiLU
         self.q_conv1d, self.k_conv1d, self.v_conv1d = (
-            nn.Conv1d(inner, inner, d_conv, groups=inner, padding=d_conv - 1, bias=False)
-            for _ in range(3)
+            CausalConv1d(inner, d_conv, bias=False) for _ in range(3)
         )
         self.b_proj = nn.Linear(d_model, n_heads, bias=False)
         if gated:
             self.a_proj = nn.Linear(d_model, n_heads, bias=False)
-            A = torch.empty(n_heads).uniform_(1.0, 16.0)  # (h)
+            A = torch.empty(n_heads).uniform_(*A_INIT_RANGE)  # (h)
             self.A_log = nn.Parameter(torch.log(A))
-            log_dt = torch.rand(n_heads) * (math.log(dt_max) - math.log(dt_min))
-            dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (h)
-            self.dt_bias = nn.Parameter(inverse_softplus(dt))
-        self.o_norm = RMSNorm(head_dim, eps=norm_eps)
+            self.dt_bias = nn.Parameter(dt_bias_init(n_heads))
+        self.o_norm = RMSNorm(head_dim)
         self.out_proj = nn.Linear(inner, d_model, bias=False)
 
     def _gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -530,23 +549,6 @@ class DeltaNetMixer(nn.Module):
         q = _l2_normalize(q) * self.head_dim**-0.5  # (... h k)
         return q, _l2_normalize(k), v
 
-    def _conv(self, x: torch.Tensor, conv: nn.Conv1d) -> tuple[torch.Tensor, torch.Tensor]:
-        """silu(causal depthwise conv) over x ``(b, t, d)``, and its state: the last
-        d_conv inputs ``(b, d, d_conv)``, zeros before the sequence."""
-        T = x.shape[1]
-        x = x.transpose(1, 2)  # (b d t)
-        conv_state = F.pad(x, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :].clone()  # (b d w)
-        y = F.silu(conv(x)[..., :T]).transpose(1, 2)  # (b t d), causal: cut to T
-        return y, conv_state
-
-    def _conv_step(
-        self, x: torch.Tensor, conv: nn.Conv1d, conv_state: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One token of :meth:`_conv`: x ``(b, d)``, conv_state ``(b, d, d_conv)``."""
-        conv_state = torch.cat([conv_state[..., 1:], x[..., None]], dim=-1)  # (b d d_conv)
-        y = F.silu(torch.einsum("bdw,dw->bd", conv_state, conv.weight[:, 0]))  # (b d)
-        return y, conv_state
-
     def forward(self, x: torch.Tensor, backend: str) -> tuple[torch.Tensor, DeltaNetCache]:
         """x: ``(b, t, d_model)`` -> y ``(b, t, d_model)`` and the cache
         ``(q_conv_state, k_conv_state, v_conv_state, S)``: three ``(b, h*head_dim,
@@ -554,9 +556,9 @@ class DeltaNetMixer(nn.Module):
         and the delta-rule state S ``(b, h, k, v)``."""
         delta_rule = pick_backend(DELTA_RULE_BACKENDS, backend, "DeltaNetMixer")
         batch, T, _ = x.shape
-        q, q_state = self._conv(self.q_proj(x), self.q_conv1d)  # (b t h*k)
-        k, k_state = self._conv(self.k_proj(x), self.k_conv1d)  # (b t h*k)
-        v, v_state = self._conv(self.v_proj(x), self.v_conv1d)  # (b t h*v)
+        q, q_state = self.q_conv1d(self.q_proj(x))  # (b t h*k), (b h*k d_conv)
+        k, k_state = self.k_conv1d(self.k_proj(x))  # (b t h*k), (b h*k d_conv)
+        v, v_state = self.v_conv1d(self.v_proj(x))  # (b t h*v), (b h*v d_conv)
         q, k, v = self._heads(q, k, v)  # (b t h k), (b t h k), (b t h v)
         beta, g = self._gates(x)  # (b t h) each
         o, state = delta_rule(q, k, v, beta, g=g, chunk_size=self.chunk_size)  # (b t h v)
@@ -569,14 +571,10 @@ class DeltaNetMixer(nn.Module):
         """x_t: ``(b, d_model)``, cache from :meth:`forward` or the last step (or None
         for an empty one) -> y_t ``(b, d_model)`` and the updated cache."""
         step = pick_backend(DELTA_RULE_STEP_BACKENDS, backend, "DeltaNetMixer.step")
-        q, k, v = self.q_proj(x_t), self.k_proj(x_t), self.v_proj(x_t)  # (b h*k) each
-        if cache is None:
-            zeros = q.new_zeros(x_t.shape[0], q.shape[-1], self.d_conv)  # (b h*k d_conv)
-            cache = (zeros, zeros, zeros, None)
-        q_state, k_state, v_state, state = cache
-        q, q_state = self._conv_step(q, self.q_conv1d, q_state)  # (b h*k)
-        k, k_state = self._conv_step(k, self.k_conv1d, k_state)  # (b h*k)
-        v, v_state = self._conv_step(v, self.v_conv1d, v_state)  # (b h*v)
+        q_state, k_state, v_state, state = (None,) * 4 if cache is None else cache
+        q, q_state = self.q_conv1d.step(self.q_proj(x_t), q_state)  # (b h*k)
+        k, k_state = self.k_conv1d.step(self.k_proj(x_t), k_state)  # (b h*k)
+        v, v_state = self.v_conv1d.step(self.v_proj(x_t), v_state)  # (b h*v)
         q, k, v = self._heads(q, k, v)  # (b h k), (b h k), (b h v)
         beta, g = self._gates(x_t)  # (b h) each
         o, state = step(q, k, v, beta, g=g, state=state)  # (b h v), (b h k v)

@@ -63,7 +63,6 @@ from ssmbench.registry import FAMILY, PHASES
 
 __all__ = [
     "FUSED_AVAILABILITY",
-    "FUSED_OPS",
     "SHAPE_REASONS",
     "attention_fused",
     "attention_step_fused",
@@ -147,11 +146,11 @@ def _triton_reason(device: str | torch.device) -> str:
     return NEEDS_CUDA
 
 
-def _check_tensors(*tensors: torch.Tensor | None, interpretable: bool = True) -> None:
+def _check_tensors(*tensors: torch.Tensor | None) -> None:
     """BackendUnavailable unless every tensor is on CUDA (or, for Triton kernels, the
     interpreter is on) and none is float64."""
     present = [x for x in tensors if x is not None]
-    if not all(x.is_cuda for x in present) and not (interpretable and _interpreting()):
+    if not all(x.is_cuda for x in present) and not _interpreting():
         raise BackendUnavailable(NEEDS_CUDA)
     if any(x.dtype == torch.float64 for x in present):
         raise BackendUnavailable(NO_FLOAT64)
@@ -767,19 +766,6 @@ def attention_step_fused(
 
 
 # --- tables ----------------------------------------------------------------------------
-
-FUSED_OPS: dict[str, Callable] = {
-    "attention": attention_fused,
-    "selective_scan": selective_scan_fused,
-    "selective_scan_step": selective_scan_step_fused,
-    "ssd": ssd_fused,
-    "ssd_step": ssd_step_fused,
-    "mamba3": mamba3_fused,
-    "mamba3_step": mamba3_step_fused,
-    "delta_rule": delta_rule_fused,
-    "delta_rule_step": delta_rule_step_fused,
-}
-
 
 # op name (as in ssmbench.ops, and the "op" of a verify shape) -> why the fused kernel
 # cannot take that shape, from the shape's dims; ops not listed take any shape

@@ -43,8 +43,15 @@ from torch import nn
 
 from ssmbench.config import Size
 from ssmbench.models import fused
-from ssmbench.models.common import inverse_softplus, not_offered, pick_backend, widen
-from ssmbench.models.mamba2 import FACTOR_LIMIT
+from ssmbench.models.common import (
+    LOG_DECAY_FLOOR,
+    CausalConv1d,
+    RandomDraws,
+    dt_bias_init,
+    not_offered,
+    pick_backend,
+    widen,
+)
 
 MambaCache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, d, d_conv), ssm_state (b, d, n))
 
@@ -193,9 +200,8 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, chunk_size: int = 64) -> torch
 # Tokens per time block of blocked_scan.  At d = 512 and n = 16 one block's (n, b, l, d)
 # working tensors take 0.5 MB each, so they stay in the L2 cache from one step of the
 # block to the next; the in-block prefix sum is a matmul of 2 l flops per element; and
-# the factors of realistic decays stay in range (see FACTOR_LIMIT).  On the project's
-# 2-core CPU at T = 4096, 16 was faster than 8 (twice the Python steps) and 32 (twice
-# the matmul flops, three times 1 MB of buffers).
+# the factors of realistic decays stay in range (see LOG_DECAY_FLOOR).  8 would take
+# twice the Python steps, 32 twice the matmul flops and three times the buffers.
 TIME_BLOCK = 16
 
 
@@ -264,7 +270,7 @@ def blocked_scan(
     under autograd each step allocates its result).
 
     With R = max |A| Delta_L over a block's channels, every factor lies within e^+-R/2.
-    A block with R > ``2 FACTOR_LIMIT`` (a decay that float32 cannot split) is scanned
+    A block with R > ``-2 LOG_DECAY_FLOOR`` (a decay that float32 cannot split) is scanned
     exactly instead, by :func:`linear_scan` over its own tokens.
 
     Args:
@@ -301,7 +307,7 @@ def blocked_scan(
     to_middle = F.pad(0.5 - causal, (0, 0, 1, 0), value=0.5)  # (1+l j)
     from_middle = torch.matmul(to_middle, delta)  # (blocks b 1+l d), m - Delta_s
     # R / 2 = max |A| m over a block's channels, (blocks)
-    steep = (from_middle[:, :, 0] * -A.amin(dim=1)).amax(dim=(1, 2)) > FACTOR_LIMIT
+    steep = (from_middle[:, :, 0] * -A.amin(dim=1)).amax(dim=(1, 2)) > -LOG_DECAY_FLOOR
     A_n = A.t()[:, None, None, :]  # (n 1 1 d)
     # (n 1 1+l d): a product that broadcasts both operands is ~3x slower on CPU
     A_block = A_n.expand(n, 1, L + 1, d).contiguous()
@@ -440,6 +446,31 @@ SCAN_STEP_BACKENDS = {
 }
 
 
+def random_inputs(draws: RandomDraws, b: int, t: int, d: int, n: int) -> dict[str, torch.Tensor]:
+    """Random arguments of :func:`selective_scan_torch` (its other backends and its step
+    alike) by name, for ``d`` channels and state size ``n``, drawn from ``draws`` in this
+    order: u, the raw step delta (std 1/2), z ``(b, t, d)``; A ``(d, n)`` uniform in
+    [-2, -0.5]; B, C ``(b, t, n)``; D and delta_bias (std 1/2) ``(d,)``; initial_state
+    ``(b, d, n)``.  All standard normal but A and the two noted; delta and delta_bias are
+    meant for ``delta_softplus=True``."""
+    u, delta, z = draws.randn(b, t, d), draws.randn(b, t, d, scale=0.5), draws.randn(b, t, d)
+    A = -draws.rand(d, n, low=0.5, high=2.0)
+    B, C = draws.randn(b, t, n), draws.randn(b, t, n)
+    D, delta_bias = draws.randn(d), draws.randn(d, scale=0.5)
+    initial_state = draws.randn(b, d, n)
+    return {
+        "u": u,
+        "delta": delta,
+        "A": A,
+        "B": B,
+        "C": C,
+        "D": D,
+        "z": z,
+        "delta_bias": delta_bias,
+        "initial_state": initial_state,
+    }
+
+
 class MambaMixer(nn.Module):
     """The Mamba block's mixer (Gu & Dao 2023, Fig. 3), as in mamba_simple / mamba-minimal:
 
@@ -450,7 +481,8 @@ class MambaMixer(nn.Module):
         out = out_proj(y)
 
     Init as the paper: A = -(1, 2, ..., N) per channel (S4D-real), D = 1, dt log-uniform
-    in [dt_min, dt_max] stored as the inverse softplus in dt_proj.bias.
+    in DT_INIT_RANGE stored as the inverse softplus in dt_proj.bias
+    (:func:`~ssmbench.models.common.dt_bias_init`).
     """
 
     def __init__(
@@ -460,9 +492,6 @@ class MambaMixer(nn.Module):
         d_conv: int = 4,
         expand: int = 2,
         chunk_size: int = 64,
-        dt_min: float = 1e-3,
-        dt_max: float = 1e-1,
-        dt_init_floor: float = 1e-4,
     ):
         super().__init__()
         self.d_inner = expand * d_model  # E * D
@@ -472,25 +501,16 @@ class MambaMixer(nn.Module):
         self.chunk_size = chunk_size
 
         self.in_proj = nn.Linear(d_model, 2 * self.d_inner, bias=False)
-        self.conv1d = nn.Conv1d(
-            self.d_inner,
-            self.d_inner,
-            kernel_size=d_conv,
-            groups=self.d_inner,
-            padding=d_conv - 1,
-            bias=True,
-        )
+        self.conv1d = CausalConv1d(self.d_inner, d_conv, bias=True)
         self.x_proj = nn.Linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False)
         self.dt_proj = nn.Linear(self.dt_rank, self.d_inner, bias=True)
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
 
         # dt_proj: weight uniform in +-R^-1/2, bias = softplus^-1(dt), dt log-uniform
-        # in [dt_min, dt_max] and at least dt_init_floor (mamba_simple's "random" init)
+        # in DT_INIT_RANGE and at least DT_INIT_FLOOR (mamba_simple's "random" init)
         nn.init.uniform_(self.dt_proj.weight, -(self.dt_rank**-0.5), self.dt_rank**-0.5)
-        log_dt = torch.rand(self.d_inner) * (math.log(dt_max) - math.log(dt_min))
-        dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (d)
         with torch.no_grad():
-            self.dt_proj.bias.copy_(inverse_softplus(dt))
+            self.dt_proj.bias.copy_(dt_bias_init(self.d_inner))
 
         # S4D-real: A_n = -(n + 1), stored as log so that A stays negative
         A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(self.d_inner, 1)  # (d n)
@@ -509,11 +529,8 @@ class MambaMixer(nn.Module):
         ``(conv_state (b, d, d_conv), ssm_state (b, d, n))`` that decode continues from:
         conv_state holds the last d_conv conv inputs (zeros before the sequence)."""
         scan = pick_backend(SCAN_BACKENDS, backend, "MambaMixer")
-        T = x.shape[1]
         x, z = self.in_proj(x).chunk(2, dim=-1)  # (b t d) each
-        x = x.transpose(1, 2)  # (b d t)
-        conv_state = F.pad(x, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :].clone()  # (b d w)
-        x = F.silu(self.conv1d(x)[..., :T]).transpose(1, 2)  # (b t d), causal: cut to T
+        x, conv_state = self.conv1d(x)  # (b t d), (b d d_conv)
         delta, B, C = self._ssm_inputs(x)
         A = -torch.exp(self.A_log)  # (d n)
         y, ssm_state = scan(
@@ -537,14 +554,8 @@ class MambaMixer(nn.Module):
         for an empty one) -> y_t ``(b, d_model)`` and the updated cache."""
         scan_step = pick_backend(SCAN_STEP_BACKENDS, backend, "MambaMixer.step")
         x, z = self.in_proj(x_t).chunk(2, dim=-1)  # (b d) each
-        if cache is None:
-            conv_state = x.new_zeros(x.shape[0], self.d_inner, self.d_conv)  # (b d d_conv)
-            ssm_state = None
-        else:
-            conv_state, ssm_state = cache
-        conv_state = torch.cat([conv_state[..., 1:], x[..., None]], dim=-1)  # (b d d_conv)
-        x = torch.einsum("bdw,dw->bd", conv_state, self.conv1d.weight[:, 0]) + self.conv1d.bias
-        x = F.silu(x)  # (b d)
+        conv_state, ssm_state = (None, None) if cache is None else cache
+        x, conv_state = self.conv1d.step(x, conv_state)  # (b d), (b d d_conv)
         delta, B, C = self._ssm_inputs(x)
         A = -torch.exp(self.A_log)  # (d n)
         y, ssm_state = scan_step(

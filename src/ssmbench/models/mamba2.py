@@ -48,8 +48,6 @@ sequential state passing between chunks that the kernels use for very long seque
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -57,9 +55,13 @@ from torch import nn
 from ssmbench.config import Size
 from ssmbench.models import fused
 from ssmbench.models.common import (
+    A_INIT_RANGE,
+    LOG_DECAY_FLOOR,
+    CausalConv1d,
+    RandomDraws,
     RMSNorm,
     cumsum,
-    inverse_softplus,
+    dt_bias_init,
     mixed_matmul_dtype,
     pick_backend,
     widen,
@@ -138,17 +140,10 @@ def ssd_naive(
     return y.to(out_dtype), state
 
 
-# Log-decays below this are raised to it before the exp: exp(-60) = 8.7e-27 is zero next to
-# any float32 sum it enters, yet far from float32's subnormal range (below exp(-87.3)).
-# Subnormal or -inf arguments and results send torch's CPU exp and MKL's matmul down slow
-# paths (measured 20-160x slower on an AVX-512 Xeon), which a realistic decay (dt A = -1.6 per
-# token, so -100 within one 64-token chunk) would hit all the time.
-LOG_DECAY_FLOOR = -60.0
-
-
 def _decay(log_decay: torch.Tensor) -> torch.Tensor:
     """exp(log_decay) for ``log_decay <= 0``, with the argument clamped to
-    [LOG_DECAY_FLOOR, 0]: never the exp of a positive number, never a subnormal result."""
+    [LOG_DECAY_FLOOR, 0]: never the exp of a positive number, never a subnormal result
+    (see :data:`~ssmbench.models.common.LOG_DECAY_FLOOR`)."""
     return log_decay.clamp(LOG_DECAY_FLOOR, 0.0).exp_()
 
 
@@ -198,14 +193,11 @@ def _segsum_decay_exact(a: torch.Tensor) -> torch.Tensor:
     return _decay(segsum) * causal  # (... i j)
 
 
-# The two factors of an in-chunk decay are kept within e^+-60 (see chunked_scan): with
-# both in float32's normal range, so is their product with any input they scale.
-FACTOR_LIMIT = 60.0
-
-
-def _exp_within(log_value: torch.Tensor, limit: float = FACTOR_LIMIT) -> torch.Tensor:
-    """exp(log_value) with the argument clamped to [-limit, limit] first."""
-    return log_value.clamp(-limit, limit).exp_()
+def _exp_within(log_value: torch.Tensor) -> torch.Tensor:
+    """exp(log_value) with the argument clamped to [LOG_DECAY_FLOOR, -LOG_DECAY_FLOOR]
+    first: one factor of a split in-chunk decay (see :func:`chunked_scan`), in float32's
+    normal range, and so is its product with any input it scales."""
+    return log_value.clamp(LOG_DECAY_FLOOR, -LOG_DECAY_FLOOR).exp_()
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -250,7 +242,7 @@ def chunked_scan(
     4. state to output, ``Y_off[l] = exp(cum_l - m) C_l (exp(m) H)``, added to Y_diag.
 
     For a chunk of total log-decay -R the factors lie within e^+-R/2.  Where R exceeds
-    ``2 FACTOR_LIMIT`` (a head that forgets within the chunk: float32 cannot hold its
+    ``-2 LOG_DECAY_FLOOR`` (a head that forgets within the chunk: float32 cannot hold its
     factors) that head's chunk is recomputed with the exact decay matrix,
     ``exp(cum_l - cum_s)``, floored at e^LOG_DECAY_FLOOR.
 
@@ -323,7 +315,7 @@ def chunked_scan(
     S = torch.bmm(Bs_t, Xs).to(x.dtype).view(b, g, c, n, r, p)
     S = S.mul_(to_mid[:, :, :, None, :, None])  # (b g c n r p)
 
-    steep = (total[:, :, 0] < -2 * FACTOR_LIMIT).movedim(2, 1)  # (b g c r)
+    steep = (total[:, :, 0] < 2 * LOG_DECAY_FLOOR).movedim(2, 1)  # (b g c r)
     if steep.any():
         ib, ig, ic, ir = steep.nonzero(as_tuple=True)  # k (chunk, head) pairs
         cum_k = cum[ib, ic, :, ig, ir]  # (k l)
@@ -491,6 +483,36 @@ SSD_STEP_BACKENDS = {
 }
 
 
+def random_inputs(
+    draws: RandomDraws,
+    b: int,
+    t: int,
+    h: int,
+    p: int,
+    g: int,
+    n: int,
+    dt_range: tuple[float, float] = (0.01, 1.0),
+) -> dict[str, torch.Tensor]:
+    """Random arguments of :func:`ssd_chunked` (its other backends and its step alike) by
+    name, drawn from ``draws`` in this order: x ``(b, t, h, p)`` standard normal; dt
+    ``(b, t, h)`` uniform in ``dt_range`` (positive, as after softplus); A ``(h,)`` uniform
+    in [-2, -0.5]; B, C ``(b, t, g, n)`` with variance 1 / n, so that C . B ~ N(0, 1) and
+    the outputs are O(1) (with unit variance they reach 40, and a form with bf16 matmuls
+    misses atol on outputs whose terms cancel); D ``(h,)`` and initial_state
+    ``(b, h, p, n)`` standard normal.
+
+    ``dt_range`` sets how steep the decays are, the one choice of values that changes the
+    work (a chunk steeper than ``-2 LOG_DECAY_FLOOR`` is recomputed exactly): the default
+    reaches steep decays, for correctness; a timing takes steps inside the block's init
+    range, DT_INIT_RANGE = [0.001, 0.1]."""
+    x = draws.randn(b, t, h, p)
+    dt = draws.rand(b, t, h, low=dt_range[0], high=dt_range[1])
+    A = -draws.rand(h, low=0.5, high=2.0)
+    B, C = (draws.randn(b, t, g, n, scale=n**-0.5) for _ in "BC")  # C . B ~ N(0, 1)
+    D, initial_state = draws.randn(h), draws.randn(b, h, p, n)
+    return {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "initial_state": initial_state}
+
+
 class Mamba2Mixer(nn.Module):
     """The Mamba-2 block's mixer (Dao & Gu 2024, figure 6), as mamba_ssm's Mamba2Simple:
 
@@ -501,7 +523,7 @@ class Mamba2Mixer(nn.Module):
         out = out_proj(norm(y * silu(z)))       gated RMSNorm (norm after the gate)
 
     Init as mamba_ssm: A uniform in [1, 16] per head (stored as log), D = 1,
-    dt log-uniform in [dt_min, dt_max] (at least dt_init_floor) stored as the inverse
+    dt log-uniform in DT_INIT_RANGE (at least DT_INIT_FLOOR) stored as the inverse
     softplus in dt_bias.
 
     The inner width ``expand * d_model`` is cut into ``nheads = d_inner // head_dim`` heads;
@@ -518,10 +540,6 @@ class Mamba2Mixer(nn.Module):
         head_dim: int = 64,
         ngroups: int = 1,
         chunk_size: int = 64,
-        dt_min: float = 1e-3,
-        dt_max: float = 1e-1,
-        dt_init_floor: float = 1e-4,
-        A_init_range: tuple[float, float] = (1.0, 16.0),
     ):
         super().__init__()
         self.d_inner = expand * d_model  # E * D
@@ -540,18 +558,9 @@ class Mamba2Mixer(nn.Module):
         self.conv_dim = self.d_inner + 2 * ngroups * d_state  # x, B, C go through the conv
 
         self.in_proj = nn.Linear(d_model, self.d_inner + self.conv_dim + self.nheads, bias=False)
-        self.conv1d = nn.Conv1d(
-            self.conv_dim,
-            self.conv_dim,
-            kernel_size=d_conv,
-            groups=self.conv_dim,
-            padding=d_conv - 1,
-            bias=True,
-        )
-        log_dt = torch.rand(self.nheads) * (math.log(dt_max) - math.log(dt_min))
-        dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (h)
-        self.dt_bias = nn.Parameter(inverse_softplus(dt))
-        A = torch.empty(self.nheads).uniform_(*A_init_range)  # (h)
+        self.conv1d = CausalConv1d(self.conv_dim, d_conv, bias=True)
+        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads))
+        A = torch.empty(self.nheads).uniform_(*A_INIT_RANGE)  # (h)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(self.nheads))
         self.norm = RMSNorm(self.d_inner)
@@ -577,13 +586,10 @@ class Mamba2Mixer(nn.Module):
         continues from: conv_state holds the last d_conv conv inputs (zeros before the
         sequence)."""
         ssd = pick_backend(SSD_BACKENDS, backend, "Mamba2Mixer")
-        T = u.shape[1]
         z, xBC, dt = torch.split(
             self.in_proj(u), [self.d_inner, self.conv_dim, self.nheads], dim=-1
         )  # (b t d_inner), (b t conv_dim), (b t h)
-        xBC = xBC.transpose(1, 2)  # (b conv_dim t)
-        conv_state = F.pad(xBC, (max(self.d_conv - T, 0), 0))[..., -self.d_conv :].clone()
-        xBC = F.silu(self.conv1d(xBC)[..., :T]).transpose(1, 2)  # (b t conv_dim), causal
+        xBC, conv_state = self.conv1d(xBC)  # (b t conv_dim), (b conv_dim d_conv)
         x, B, C = self._split_xBC(xBC)  # (b t h p), (b t g n), (b t g n)
         dt = F.softplus(dt + self.dt_bias)  # (b t h)
         A = -torch.exp(self.A_log)  # (h)
@@ -599,14 +605,8 @@ class Mamba2Mixer(nn.Module):
         z, xBC, dt = torch.split(
             self.in_proj(u_t), [self.d_inner, self.conv_dim, self.nheads], dim=-1
         )  # (b d_inner), (b conv_dim), (b h)
-        if cache is None:
-            conv_state = xBC.new_zeros(xBC.shape[0], self.conv_dim, self.d_conv)
-            ssm_state = None
-        else:
-            conv_state, ssm_state = cache
-        conv_state = torch.cat([conv_state[..., 1:], xBC[..., None]], dim=-1)  # (b conv_dim w)
-        xBC = torch.einsum("bdw,dw->bd", conv_state, self.conv1d.weight[:, 0])
-        xBC = F.silu(xBC + self.conv1d.bias)  # (b conv_dim)
+        conv_state, ssm_state = (None, None) if cache is None else cache
+        xBC, conv_state = self.conv1d.step(xBC, conv_state)  # (b conv_dim), (b conv_dim w)
         x, B, C = self._split_xBC(xBC)  # (b h p), (b g n), (b g n)
         dt = F.softplus(dt + self.dt_bias)  # (b h)
         A = -torch.exp(self.A_log)  # (h)

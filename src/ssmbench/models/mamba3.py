@@ -66,9 +66,11 @@ from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
 from ssmbench.models import fused
 from ssmbench.models.common import (
+    A_INIT_RANGE,
+    RandomDraws,
     RMSNorm,
     cumsum,
-    inverse_softplus,
+    dt_bias_init,
     mixed_matmul_dtype,
     pick_backend,
     widen,
@@ -414,6 +416,55 @@ MAMBA3_STEP_BACKENDS = {
 }
 
 
+# |theta| < pi: the rate mamba_ssm's blocks produce (pi tanh(.)); the fused wrapper maps it
+# back through atanh(theta / pi), so random rates stay inside
+THETA_MAX = 3.0
+
+
+def random_inputs(
+    draws: RandomDraws,
+    b: int,
+    t: int,
+    h: int,
+    g: int,
+    p: int,
+    n: int,
+    r: int,
+    dt_range: tuple[float, float] = (0.05, 0.5),
+) -> dict[str, torch.Tensor | Mamba3State]:
+    """Random arguments of :func:`mamba3_torch` (its other backends and its step alike) by
+    name, drawn from ``draws`` in this order: x ``(b, t, h, p)`` standard normal; dt
+    ``(b, t, h)`` uniform in ``dt_range``; A ``(h,)`` uniform in [-2, -0.5]; B, C ``(b, t,
+    g, n)`` with variance 1 / n (C . B and the outputs O(1), as
+    :func:`ssmbench.models.mamba2.random_inputs`); theta ``(b, t, h, r)`` uniform in
+    +-THETA_MAX; lam ``(b, t, h)`` uniform in [0, 1]; the initial :class:`Mamba3State`
+    (ssm ``(b, h, p, n)``, phase ``(b, h, r)``, B_prev ``(b, h, n)``, x_prev ``(b, h, p)``)
+    and D ``(h,)``, standard normal.  ``dt_range`` sets how steep the decays are, as in
+    Mamba-2's."""
+    x = draws.randn(b, t, h, p)
+    dt = draws.rand(b, t, h, low=dt_range[0], high=dt_range[1])
+    A = -draws.rand(h, low=0.5, high=2.0)
+    B = draws.randn(b, t, g, n, scale=n**-0.5)
+    C = draws.randn(b, t, g, n, scale=n**-0.5)
+    theta = draws.rand(b, t, h, r, low=-THETA_MAX, high=THETA_MAX)
+    lam = draws.rand(b, t, h, low=0.0, high=1.0)
+    initial_state = Mamba3State(
+        draws.randn(b, h, p, n), draws.randn(b, h, r), draws.randn(b, h, n), draws.randn(b, h, p)
+    )
+    D = draws.randn(h)
+    return {
+        "x": x,
+        "dt": dt,
+        "A": A,
+        "B": B,
+        "C": C,
+        "theta": theta,
+        "lam": lam,
+        "D": D,
+        "initial_state": initial_state,
+    }
+
+
 class Mamba3Mixer(nn.Module):
     """The Mamba-3 SISO mixer, as mamba_ssm's ``Mamba3`` module (no short conv: Mamba-3
     drops it):
@@ -429,10 +480,10 @@ class Mamba3Mixer(nn.Module):
     per-head biases turn into per-head B and C (the op sees g = h); r = n/4 rotation angles
     shared by all heads (mamba_ssm's rope_fraction 0.5).
 
-    Init as mamba_ssm: dt log-uniform in [dt_min, dt_max] stored as softplus^-1 in dt_bias,
+    Init as mamba_ssm: dt log-uniform in DT_INIT_RANGE stored as softplus^-1 in dt_bias,
     B_bias = C_bias = 1, D = 1, RMSNorm weights 1.  A is one learned value per head
     (mamba_ssm projects a data-dependent A; the operator here takes A ``(h,)``), drawn
-    uniform in [1, 16] as Mamba-2's ``A_init_range`` and stored as log(-A).
+    uniform in A_INIT_RANGE = [1, 16] as Mamba-2's and stored as log(-A).
     """
 
     def __init__(
@@ -442,10 +493,6 @@ class Mamba3Mixer(nn.Module):
         expand: int = 2,
         head_dim: int = 64,
         chunk_size: int = 64,
-        dt_min: float = 1e-3,
-        dt_max: float = 1e-1,
-        dt_init_floor: float = 1e-4,
-        A_init_range: tuple[float, float] = (1.0, 16.0),
     ):
         super().__init__()
         self.nheads = (expand * d_model) // head_dim  # H
@@ -474,10 +521,8 @@ class Mamba3Mixer(nn.Module):
         self.B_bias = nn.Parameter(torch.ones(self.nheads, d_state))
         self.C_bias = nn.Parameter(torch.ones(self.nheads, d_state))
 
-        log_dt = torch.rand(self.nheads) * (math.log(dt_max) - math.log(dt_min))
-        dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=dt_init_floor)  # (h)
-        self.dt_bias = nn.Parameter(inverse_softplus(dt))
-        A = torch.empty(self.nheads).uniform_(*A_init_range)  # (h)
+        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads))
+        A = torch.empty(self.nheads).uniform_(*A_INIT_RANGE)  # (h)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(self.nheads))
 

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.config import Size
-from ssmbench.models.common import not_offered, pick_backend, widen
+from ssmbench.models.common import DT_INIT_RANGE, RandomDraws, not_offered, pick_backend, widen
 
 S4DCache = tuple[torch.Tensor]  # (ssm_state (b, h, n) complex,)
 
@@ -267,6 +267,31 @@ S4D_BACKENDS = {"naive": s4d_naive, "torch": s4d_fft, "torch-mixed": NO_MIXED_FO
 S4D_STEP_BACKENDS = {"naive": s4d_step, "torch": s4d_step, "torch-mixed": NO_MIXED_FORM}
 
 
+def random_inputs(draws: RandomDraws, b: int, t: int, h: int, n: int) -> dict[str, torch.Tensor]:
+    """Random arguments of :func:`s4d_fft` (its other backends and its step alike) by
+    name, drawn from ``draws`` in this order: u ``(b, t, h)`` standard normal; log_dt
+    ``(h,)`` uniform in [log 1e-3, log 1e-1] (the block's init); stable modes A ``(h, n)``
+    with Re A uniform in [-1, -0.1] and Im A in [0, 3 pi] (S4D-Lin: Im A_k = pi k); C
+    ``(h, n)`` complex standard normal parts; D ``(h,)``; initial_state ``(b, h, n)``
+    complex.  The complex ones are made from parts drawn in the dtype under test (so a
+    reference sees the rounded numbers) and held in complex64 at least: there is no
+    complex half."""
+    wide = torch.float64 if draws.dtype == torch.float64 else torch.float32
+
+    def complex_of(real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
+        return torch.complex(real.to(wide), imag.to(wide))
+
+    u = draws.randn(b, t, h)
+    log_dt = draws.rand(h, low=math.log(DT_INIT_RANGE[0]), high=math.log(DT_INIT_RANGE[1]))
+    A = complex_of(
+        -draws.rand(h, n, low=0.1, high=1.0), draws.rand(h, n, low=0.0, high=3 * math.pi)
+    )
+    C = complex_of(draws.randn(h, n), draws.randn(h, n))
+    D = draws.randn(h)
+    initial_state = complex_of(draws.randn(b, h, n), draws.randn(b, h, n))
+    return {"u": u, "log_dt": log_dt, "A": A, "C": C, "D": D, "initial_state": initial_state}
+
+
 class S4DMixer(nn.Module):
     """The S4D layer of the S4 repo's standalone ``s4d.py`` (its example block), in our
     ``(b, t, h)`` layout, with the residual and norm left to :class:`ResidualStack`:
@@ -278,7 +303,7 @@ class S4DMixer(nn.Module):
     Parameters as the S4 repo stores them, so that every one is real (``Module.to(dtype)``
     would drop the imaginary part of a complex parameter):
 
-        log_dt      (H,)        uniform in [log dt_min, log dt_max]
+        log_dt      (H,)        uniform in log DT_INIT_RANGE = [log 1e-3, log 1e-1]
         log_A_real  (H, n)      A = -exp(log_A_real) + i A_imag; S4D-Lin: Re A = -1/2
         A_imag      (H, n)      S4D-Lin: Im A_k = pi k, k = 0..n-1
         C           (H, n, 2)   complex normal (variance 1/2 per part), as a real view
@@ -290,12 +315,13 @@ class S4DMixer(nn.Module):
     repo's default is 0) is left out.
     """
 
-    def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 1e-3, dt_max: float = 1e-1):
+    def __init__(self, d_model: int, d_state: int = 64):
         super().__init__()
         if d_state < 2:
             raise ValueError(f"d_state={d_state}: S4D needs at least one complex mode (2 states)")
         H, n = d_model, d_state // 2
         self.d_model, self.n_modes = H, n
+        dt_min, dt_max = DT_INIT_RANGE
         log_dt = torch.rand(H) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
         self.log_dt = nn.Parameter(log_dt)
         self.log_A_real = nn.Parameter(torch.full((H, n), math.log(0.5)))

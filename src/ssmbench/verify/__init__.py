@@ -36,7 +36,7 @@ import torch
 from ssmbench.config import Size
 from ssmbench.models import DTYPES, build_model
 from ssmbench.models.attention import valid_cache
-from ssmbench.models.common import BackendUnavailable
+from ssmbench.models.common import BackendUnavailable, RandomDraws
 from ssmbench.numerics import compare
 from ssmbench.registry import FUSED_BACKENDS, PHASES, SEQUENCE_PHASES, STEP_PHASES
 
@@ -130,21 +130,13 @@ def block_setting(backend: str) -> tuple[Size, int]:
     return BLOCK_SIZE, BLOCK_D_STATE
 
 
-class Inputs:
-    """Seeded random tensors: drawn in float32 on the CPU, then cast and moved."""
+class Inputs(RandomDraws):
+    """:class:`~ssmbench.models.common.RandomDraws` from a fresh generator seeded with
+    ``seed``: the operator checks take their inputs from each family's
+    ``random_inputs(draws, ...)``."""
 
     def __init__(self, seed: int, device: torch.device, dtype: torch.dtype):
-        self.generator = torch.Generator().manual_seed(seed)
-        self.device = device
-        self.dtype = dtype
-
-    def randn(self, *shape: int, scale: float = 1.0) -> torch.Tensor:
-        x = torch.randn(*shape, generator=self.generator) * scale
-        return x.to(device=self.device, dtype=self.dtype)
-
-    def rand(self, *shape: int, low: float, high: float) -> torch.Tensor:
-        x = low + (high - low) * torch.rand(*shape, generator=self.generator)
-        return x.to(device=self.device, dtype=self.dtype)
+        super().__init__(torch.Generator().manual_seed(seed), device, dtype)
 
 
 def _check_block(
@@ -197,8 +189,9 @@ def verify_backend(
     """Check ``backend`` of ``model``'s operator and block against the float64 reference.
 
     Args:
-        model: a family of :data:`ssmbench.models.FAMILIES` ("attention" or "mamba").
-        backend: one of :data:`ssmbench.models.BACKENDS`.
+        model: a family of :data:`ssmbench.models.FAMILIES`.
+        backend: one of :data:`ssmbench.models.ALL_BACKENDS` or of
+            :data:`ssmbench.models.GRAPH_BACKENDS`.
         device: where to run ("cpu", "cuda", "cuda:1", ...).
         dtype: "fp32", "fp16", "bf16" or "fp64"; the inputs are made in it and the
             tolerance is that dtype's row of :data:`ssmbench.numerics.TOLERANCES`, or

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ssmbench import ops, reference
+from ssmbench.models import attention
 from ssmbench.models.attention import CONCAT_BACKENDS, kv_buffer
 from ssmbench.numerics import compare, to_numpy
 from ssmbench.verify import FUSED, SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
@@ -33,7 +34,7 @@ def op_checks(
     for b, t, h, d in ATTENTION_FUSED_SHAPES if backend in FUSED else ATTENTION_SHAPES:
         label = f"b{b}-t{t}-h{h}-d{d}"
         shapes.append({"op": "attention", "b": b, "t": t, "h": h, "d": d})
-        q, k, v = (inputs.randn(b, t, h, d) for _ in range(3))
+        q, k, v = attention.random_inputs(inputs, b, t, h, d).values()
         with guard(*SEQUENCE_PHASES):
             for causal in (True, False):
                 ref = reference.attention(to_numpy(q), to_numpy(k), to_numpy(v), causal=causal)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ssmbench import ops, reference
+from ssmbench.models import mamba
 from ssmbench.numerics import compare, to_numpy
 from ssmbench.verify import SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
 
@@ -31,13 +32,12 @@ def op_checks(
     checks, shapes = [], []
     chunk_sizes = SCAN_CHUNK_SIZES if backend == "torch" else (None,)
     for b, t, d, n in SCAN_SHAPES:
-        u, delta, z = inputs.randn(b, t, d), inputs.randn(b, t, d, scale=0.5), inputs.randn(b, t, d)
-        A = -inputs.rand(d, n, low=0.5, high=2.0)
-        B, C = inputs.randn(b, t, n), inputs.randn(b, t, n)
-        D, delta_bias = inputs.randn(d), inputs.randn(d, scale=0.5)
-        h0 = inputs.randn(b, d, n)
+        drawn = mamba.random_inputs(inputs, b, t, d, n)
+        h0 = drawn.pop("initial_state")
+        u, delta, A, B, C = (drawn.pop(name) for name in ("u", "delta", "A", "B", "C"))
+        D, z, delta_bias = drawn["D"], drawn["z"], drawn["delta_bias"]
         args = (u, delta, A, B, C)
-        kwargs = {"D": D, "z": z, "delta_bias": delta_bias, "delta_softplus": True}
+        kwargs = {**drawn, "delta_softplus": True}
         ref_y, ref_h = reference.selective_scan(
             *(to_numpy(x) for x in args),
             **{key: to_numpy(x) if torch.is_tensor(x) else x for key, x in kwargs.items()},

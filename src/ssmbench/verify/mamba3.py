@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ssmbench import ops
+from ssmbench.models import mamba3
 from ssmbench.numerics import compare, to_numpy
 from ssmbench.reference import ssd as reference_ssd
 from ssmbench.reference.mamba3 import Mamba3State
@@ -31,9 +32,6 @@ MAMBA3_SHAPES = ((2, 37, 4, 2, 8, 6, 3), (2, 70, 3, 1, 7, 5, 1))
 # (chunk, p, n, flags), so every other (p, n) would cost a verify job another round
 MAMBA3_FUSED_SHAPES = ((2, 37, 4, 2, 16, 16, 4), (2, 70, 3, 1, 16, 16, 2))
 MAMBA3_CHUNK_SIZES = (16, 64)
-# |theta| < pi: the rate mamba_ssm's blocks produce (pi tanh(.)); the fused wrapper maps it
-# back through atanh(theta / pi), so it must stay inside
-THETA_MAX = 3.0
 
 
 def op_shapes(backend: str) -> list[dict]:
@@ -44,27 +42,6 @@ def op_shapes(backend: str) -> list[dict]:
         for b, t, h, g, p, n, r in shapes
         for op in ("mamba3", "mamba3_step", "mamba3_as_ssd")
     ]
-
-
-def _inputs(inputs: Inputs, b: int, t: int, h: int, g: int, p: int, n: int, r: int):
-    """(x, dt, A, B, C, theta, lam), D and a random initial state; B and C with variance
-    1 / n, as in :mod:`ssmbench.verify.mamba2` (C . B and the outputs O(1))."""
-    args = (
-        inputs.randn(b, t, h, p),
-        inputs.rand(b, t, h, low=0.05, high=0.5),  # dt
-        -inputs.rand(h, low=0.5, high=2.0),  # A
-        inputs.randn(b, t, g, n, scale=n**-0.5),
-        inputs.randn(b, t, g, n, scale=n**-0.5),
-        inputs.rand(b, t, h, r, low=-THETA_MAX, high=THETA_MAX),  # theta
-        inputs.rand(b, t, h, low=0.0, high=1.0),  # lam
-    )
-    state = Mamba3State(
-        inputs.randn(b, h, p, n),
-        inputs.randn(b, h, r),
-        inputs.randn(b, h, n),
-        inputs.randn(b, h, p),
-    )
-    return args, inputs.randn(h), state
 
 
 def _compare_state(name: str, ref: Mamba3State, out: Mamba3State, dtype: str) -> list:
@@ -84,7 +61,9 @@ def op_checks(
     checks, shapes = [], []
     chunk_sizes = MAMBA3_CHUNK_SIZES if backend in CHUNKED else (None,)
     for b, t, h, g, p, n, r in MAMBA3_FUSED_SHAPES if backend in FUSED else MAMBA3_SHAPES:
-        args, D, h0 = _inputs(inputs, b, t, h, g, p, n, r)
+        drawn = mamba3.random_inputs(inputs, b, t, h, g, p, n, r)
+        D, h0 = drawn.pop("D"), drawn.pop("initial_state")
+        args = tuple(drawn.values())  # (x, dt, A, B, C, theta, lam)
         ref_y, ref_state = reference_mamba3(
             *map(to_numpy, args), D=to_numpy(D), initial_state=tuple(map(to_numpy, h0))
         )

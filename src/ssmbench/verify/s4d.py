@@ -3,11 +3,10 @@ s4d_step() token by token from the same state."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ssmbench import ops
+from ssmbench.models import s4d
 from ssmbench.numerics import compare, to_numpy
 from ssmbench.reference.s4d import s4d as s4d_reference
 from ssmbench.verify import SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
@@ -27,30 +26,14 @@ def op_shapes(backend: str) -> list[dict]:
     ]
 
 
-def _complex(inputs: Inputs, real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
-    """A complex tensor from parts drawn in the dtype under test (so the reference sees
-    the rounded numbers), held in complex64 at least: there is no complex half."""
-    wide = torch.float64 if inputs.dtype == torch.float64 else torch.float32
-    return torch.complex(real.to(wide), imag.to(wide))
-
-
 def op_checks(
     backend: str, inputs: Inputs, dtype: str, guard: PhaseGuard | None = None
 ) -> tuple[list, list]:
     guard = guard or PhaseGuard()
     checks, shapes = [], []
     for b, t, h, n in S4D_SHAPES:
-        u = inputs.randn(b, t, h)
-        log_dt = inputs.rand(h, low=math.log(1e-3), high=math.log(1e-1))
-        # stable modes: Re A in [-1, -0.1], Im A in [0, 3 pi] (S4D-Lin: Im A_k = pi k)
-        A = _complex(
-            inputs,
-            -inputs.rand(h, n, low=0.1, high=1.0),
-            inputs.rand(h, n, low=0.0, high=3 * math.pi),
-        )
-        C = _complex(inputs, inputs.randn(h, n), inputs.randn(h, n))
-        D = inputs.randn(h)
-        h0 = _complex(inputs, inputs.randn(b, h, n), inputs.randn(b, h, n))
+        drawn = s4d.random_inputs(inputs, b, t, h, n)
+        u, log_dt, A, C, D, h0 = drawn.values()
         ref_y, ref_h = s4d_reference(*(to_numpy(x) for x in (u, log_dt, A, C, D, h0)))
 
         label = f"b{b}-t{t}-h{h}-n{n}"
