@@ -15,8 +15,6 @@ from ssmbench.config import REPO
 NOT_IN_A_CLONE = (
     ".venv*",
     ".git",
-    "figures",
-    "logs",
     ".snakemake",
     "__pycache__",
     ".pytest_cache",
@@ -49,10 +47,22 @@ def logged(snakemake):
             raise
 
 
+# folders a run writes at the repository's root (git-ignored there: /figures/, /logs/)
+OUTPUTS_AT_THE_ROOT = ("figures", "logs")
+
+
 def copy_workflow(dest: Path, precollected: bool = True) -> Path:
     """Copy the repository to ``dest`` as a clean clone would hold it; of ``results/`` only
     ``results/precollected/`` is kept, and only when ``precollected`` is true."""
-    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(*NOT_IN_A_CLONE))
+    anywhere = shutil.ignore_patterns(*NOT_IN_A_CLONE)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        ignored = set(anywhere(folder, names))
+        if Path(folder) == REPO:  # a run's outputs, not the package's figures/ module
+            ignored |= {n for n in names if n in OUTPUTS_AT_THE_ROOT}
+        return ignored
+
+    shutil.copytree(REPO, dest, ignore=ignore)
     results = Path(dest) / "results"
     for child in results.iterdir() if results.is_dir() else []:
         if child.name != "precollected" or not precollected:
