@@ -32,6 +32,18 @@ class CellSpec:
     cache_source: str = "prefill"  # a decode cell's cache: "prefill" or "random" values
 
 
+def identity(spec: CellSpec) -> dict:
+    """The fields a record of ``spec`` starts from: the run, the cell's axes, the device,
+    the size preset and the seed."""
+    return dict(
+        run=spec.run,
+        **asdict(spec.cell),
+        device=spec.device,
+        size=asdict(spec.size),
+        seed=spec.seed,
+    )
+
+
 def spec_from_params(p) -> CellSpec:
     """The :class:`CellSpec` of a bench or profile job, from its rule's params (run, cell,
     device, size, timing and seed, as plain values)."""
@@ -88,6 +100,14 @@ def is_oom(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and (
         "can't allocate memory" in text or "out of memory" in text.lower()
     )
+
+
+def error_status(error: BaseException) -> tuple[str, str]:
+    """(status, reason) of an error raised while measuring: ``unavailable`` for a backend
+    that cannot run here, ``oom`` for an allocation refused, ``failed`` otherwise."""
+    if _unavailable(error):
+        return "unavailable", str(error)
+    return ("oom" if is_oom(error) else "failed"), f"{type(error).__name__}: {error}".strip()
 
 
 def _unavailable(error: BaseException) -> bool:
@@ -227,17 +247,7 @@ def run_cell(
     """
     c = spec.cell
     record = CellRecord(
-        run=spec.run,
-        model=c.model,
-        backend=c.backend,
-        phase=c.phase,
-        batch=c.batch,
-        seq_len=c.seq_len,
-        d_state=c.d_state,
-        dtype=c.dtype,
-        device=spec.device,
-        size=asdict(spec.size),
-        seed=spec.seed,
+        **identity(spec),
         started=now(),
         git_commit=git_state()["commit"],
         verify=verify_summary(verify) if verify is not None else None,
@@ -253,11 +263,7 @@ def run_cell(
     except CellTimeout:
         _timed_out(record, spec.timing)
     except Exception as e:
-        if _unavailable(e):
-            record.status, record.reason = "unavailable", str(e)
-        else:
-            record.status = "oom" if is_oom(e) else "failed"
-            record.reason = f"{type(e).__name__}: {e}".strip()
+        record.status, record.reason = error_status(e)
     record.ended = now()
     return record
 
@@ -462,11 +468,7 @@ def profile_or_status(
             rows = profile_cell(spec, trace_path=trace_path, threads=threads, iters=iters)
             return [{**row, "status": "ok", "reason": ""} for row in rows]
         except Exception as e:
-            if _unavailable(e):
-                status, reason = "unavailable", str(e)
-            else:
-                status = "oom" if is_oom(e) else "failed"
-                reason = f"{type(e).__name__}: {e}".strip()
+            status, reason = error_status(e)
     if trace_path is not None:
         from ssmbench.measure.profile import write_empty_trace
 

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable
 
 from ssmbench import paths
-from ssmbench.config import Cell, compute_dtype
+from ssmbench.config import Cell
 from ssmbench.records import CellRecord
 
 NOT_REACHED = {
@@ -40,31 +40,17 @@ def unfinished_records(
 ) -> list[CellRecord]:
     """A record for each planned cell whose record path is not among ``finished``;
     ``stopped`` is why the run stopped (a key of :data:`NOT_REACHED`)."""
-    done = {os.path.normpath(p) for p in finished}
-    records = []
-    for c in planned:
-        if os.path.normpath(paths.cell_record(run, c)) in done:
-            continue
-        log = paths.bench_log(run, c)
-        if os.path.exists(log):
-            status = "failed"
-            reason = (
-                f"its job left no finished record (crashed, or killed when the run stopped): {log}"
-            )
-        else:
-            status, reason = "not_run", NOT_REACHED[stopped]
-        records.append(
-            CellRecord(
-                run=run,
-                **vars(c),
-                device=device,
-                size=dict(size),
-                status=status,
-                reason=reason,
-                compute_dtype=compute_dtype(c.model, c.backend, c.phase, c.dtype),
-            )
-        )
-    return records
+    return _unfinished(
+        CellRecord,
+        paths.cell_record,
+        paths.bench_log,
+        run,
+        planned,
+        finished,
+        size,
+        device,
+        stopped,
+    )
 
 
 def unfinished_paired(
@@ -76,15 +62,31 @@ def unfinished_paired(
     stopped: str = "budget",
 ):
     """A paired record (``ssmbench.paired``) for each planned paired cell (its SSM side)
-    whose record path is not among ``finished``: not_run, or failed when its job started."""
+    whose record path is not among ``finished``, as :func:`unfinished_records`."""
     from ssmbench.paired import PairedRecord
 
+    return _unfinished(
+        PairedRecord,
+        paths.paired_record,
+        paths.paired_log,
+        run,
+        planned,
+        finished,
+        size,
+        device,
+        stopped,
+    )
+
+
+def _unfinished(make, record_path, log_path, run, planned, finished, size, device, stopped):
+    """``make(...)`` for each planned cell without a finished record: not_run, or failed
+    when its job started (its log, ``log_path(run, cell)``, exists)."""
     done = {os.path.normpath(p) for p in finished}
     records = []
     for c in planned:
-        if os.path.normpath(paths.paired_record(run, c)) in done:
+        if os.path.normpath(record_path(run, c)) in done:
             continue
-        log = paths.paired_log(run, c)
+        log = log_path(run, c)
         if os.path.exists(log):
             status = "failed"
             reason = (
@@ -93,8 +95,6 @@ def unfinished_paired(
         else:
             status, reason = "not_run", NOT_REACHED[stopped]
         records.append(
-            PairedRecord(
-                run=run, **vars(c), device=device, size=dict(size), status=status, reason=reason
-            )
+            make(run=run, **vars(c), device=device, size=dict(size), status=status, reason=reason)
         )
     return records

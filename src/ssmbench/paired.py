@@ -136,23 +136,13 @@ def run_paired(spec, verify: dict[str, dict] | None = None, threads: int | None 
     :class:`PairedRecord`.  ``verify`` maps each side's model to its verify record.
     Whatever happens the result is a record: unavailable, oom, timeout and failed are
     statuses with a reason naming the side, as in :func:`ssmbench.cell.run_cell`."""
-    from ssmbench.cell import _unavailable, is_oom, verify_summary
+    from ssmbench.cell import error_status, identity, verify_summary
     from ssmbench.measure.timing import CellTimeout, deadline_alarm
     from ssmbench.provenance import git_state, now
 
     c = spec.cell
     record = PairedRecord(
-        run=spec.run,
-        model=c.model,
-        backend=c.backend,
-        phase=c.phase,
-        batch=c.batch,
-        seq_len=c.seq_len,
-        d_state=c.d_state,
-        dtype=c.dtype,
-        device=spec.device,
-        size=asdict(spec.size),
-        seed=spec.seed,
+        **identity(spec),
         timing=asdict(spec.timing),
         cache_source=spec.cache_source if c.phase == "decode" else "",
         attention_compute_dtype=compute_dtype("attention", c.backend, c.phase, c.dtype),
@@ -173,11 +163,7 @@ def run_paired(spec, verify: dict[str, dict] | None = None, threads: int | None 
             f"{record.n_rounds} of min_samples={spec.timing.min_samples} rounds"
         )
     except Exception as e:
-        if _unavailable(e):
-            record.status, record.reason = "unavailable", str(e)
-        else:
-            record.status = "oom" if is_oom(e) else "failed"
-            record.reason = f"{type(e).__name__}: {e}".strip()
+        record.status, record.reason = error_status(e)
     record.ended = now()
     return record
 

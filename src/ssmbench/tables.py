@@ -188,68 +188,43 @@ SAMPLES_SCHEMA = pa.DataFrameSchema(
 
 # One row per paired cell (ssmbench.paired), keyed by its SSM side: both medians, their
 # ratio and its paired bootstrap interval (ssmbench.stats).
-PAIRED_COLUMNS = KEYS + [
-    "device",
-    "device_name",
-    "status",
-    "reason",
-    "cache_source",
-    "kv_cache",
-    "attention_compute_dtype",
-    "ssm_compute_dtype",
-    "n_rounds",
-    "attention_ms",
-    "ssm_ms",
-    "latency_ratio",
-    "latency_lo",
-    "latency_hi",
-    "attention_spread",
-    "ssm_spread",
-    "flop_ratio",
-    "load_avg_1m",
-    "git_commit",
-]
-_PAIRED_FLOATS = (
-    "attention_ms",
-    "ssm_ms",
-    "latency_ratio",
-    "latency_lo",
-    "latency_hi",
-    "attention_spread",
-    "ssm_spread",
-    "flop_ratio",
-    "load_avg_1m",
+_PAIRED_KINDS = {  # column -> kind, in the table's order after KEYS
+    "device": "text",
+    "device_name": "text",
+    "status": "text",
+    "reason": "text",
+    "cache_source": "text",
+    "kv_cache": "text",
+    "attention_compute_dtype": "text",
+    "ssm_compute_dtype": "text",
+    "n_rounds": "count",
+    "attention_ms": "float",
+    "ssm_ms": "float",
+    "latency_ratio": "float",
+    "latency_lo": "float",
+    "latency_hi": "float",
+    "attention_spread": "float",
+    "ssm_spread": "float",
+    "flop_ratio": "float",
+    "load_avg_1m": "float",
+    "git_commit": "text",
+}
+PAIRED_COLUMNS = KEYS + list(_PAIRED_KINDS)
+_PAIRED_TEXT = tuple(
+    c
+    for c in PAIRED_COLUMNS
+    if c in ("run", "model", "backend", "phase", "dtype") or _PAIRED_KINDS.get(c) == "text"
 )
-_PAIRED_TEXT = (
-    "run",
-    "model",
-    "backend",
-    "phase",
-    "dtype",
-    "device",
-    "device_name",
-    "status",
-    "reason",
-    "cache_source",
-    "kv_cache",
-    "attention_compute_dtype",
-    "ssm_compute_dtype",
-    "git_commit",
-)
+_PAIRED_COLUMN = {
+    "text": lambda: pa.Column(str),
+    "count": lambda: pa.Column(int, pa.Check.ge(0), coerce=True),
+    "float": lambda: pa.Column(float, nullable=True, coerce=True),
+}
 PAIRED_SCHEMA = pa.DataFrameSchema(
     {
         **{k: CELLS_SCHEMA.columns[k] for k in KEYS},
-        "device": pa.Column(str),
-        "device_name": pa.Column(str),
+        **{c: _PAIRED_COLUMN[kind]() for c, kind in _PAIRED_KINDS.items()},
         "status": pa.Column(str, pa.Check.isin(STATUSES)),
-        "reason": pa.Column(str),
-        "cache_source": pa.Column(str),
-        "kv_cache": pa.Column(str),
-        "attention_compute_dtype": pa.Column(str),
-        "ssm_compute_dtype": pa.Column(str),
-        "n_rounds": pa.Column(int, pa.Check.ge(0), coerce=True),
-        **{c: pa.Column(float, nullable=True, coerce=True) for c in _PAIRED_FLOATS},
-        "git_commit": pa.Column(str),
     },
     unique=KEYS,
     strict=True,
