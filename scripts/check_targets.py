@@ -1,4 +1,5 @@
-"""Print issue 5's targets from any run's tables, each as measured, next to its target.
+"""Print the CUDA-graph and noise targets from any run's tables, each as measured, next to
+its target.
 
     python scripts/check_targets.py RUN [--results results]
 

@@ -104,3 +104,13 @@ def test_registry_imports_without_torch_or_pandas():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_every_family_and_backend_has_its_figure_style():
+    """One colour per family and one line style per backend, everywhere: the figures' style
+    tables name exactly the registry's families and backends."""
+    from ssmbench.figures import style
+
+    assert set(style.FAMILY_COLORS) == set(registry.FAMILIES)
+    assert set(style.BACKEND_STYLES) == set(registry.BACKENDS)
+    assert len(set(style.FAMILY_COLORS.values())) == len(style.FAMILY_COLORS)

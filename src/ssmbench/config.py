@@ -120,8 +120,8 @@ class Size:
 
     d_model: int  # model width (the paper's D)
     n_layers: int  # residual blocks
-    n_heads: int  # attention heads
-    head_dim: int  # attention head dim
+    n_heads: int  # heads of attention and of the delta rule
+    head_dim: int  # their head dim (and Mamba-2/3's head dim P)
     expand: int  # Mamba block expansion factor (the paper's E, 2 in all its models)
     d_conv: int  # Mamba causal depthwise conv width (4 in the paper)
     chunk: int  # chunk size of the chunked / parallel forms
