@@ -333,20 +333,17 @@ def phase_work(c: Cell, model, x, cache_source: str = "prefill") -> Work:
 
     from ssmbench.models import GRAPH_BACKENDS
     from ssmbench.models.common import BackendUnavailable
+    from ssmbench.registry import BACKEND
 
-    if c.backend in GRAPH_BACKENDS and c.phase != "decode":
-        raise BackendUnavailable(f"{c.backend} times the decode step only, not {c.phase}")
+    why = BACKEND[c.backend].unavailable(c.phase) if c.backend in BACKEND else ""
+    if why:  # a backend that does not run this phase (registry: its phases)
+        raise BackendUnavailable(why)
 
     if c.phase == "prefill":
         with torch.inference_mode():
             _, cache = model(x)
         return Work(lambda: model(x), cache, train=False)
     if c.phase == "decode":
-        if c.backend == "compile":
-            raise BackendUnavailable(
-                "compile has no decode step: torch.compile covers the sequence operators; "
-                "a decode step runs the eager one-token code of the torch cells"
-            )
         if cache_source not in ("prefill", "random"):
             raise ValueError(f"unknown cache_source {cache_source!r}; known: prefill, random")
         backend, model.backend = model.backend, "torch"

@@ -200,6 +200,13 @@ class Backend:
     tier: int  # 0 naive, 1 PyTorch, 2 fused kernels
     phases: tuple[str, ...] = PHASES
     base: str | None = None  # a graph backend's eager backend (it builds the model with it)
+    why_not: str = ""  # why it does not run the other phases (its cells' reason)
+
+    def unavailable(self, phase: str) -> str:
+        """Why this backend does not run ``phase`` ("" when it does)."""
+        if phase in self.phases:
+            return ""
+        return self.why_not.format(name=self.name, phase=phase)
 
     @property
     def graph(self) -> str | None:
@@ -211,10 +218,20 @@ _BACKENDS = (
     Backend("naive", 0),
     Backend("torch", 1),
     Backend("torch-mixed", 1),
-    Backend("compile", 1, SEQUENCE_PHASES),
+    Backend(
+        "compile",
+        1,
+        SEQUENCE_PHASES,
+        why_not="compile has no decode step: torch.compile covers the sequence operators; "
+        "a decode step runs the eager one-token code of the torch cells",
+    ),
     Backend("fused", 2),
-    Backend("torch-graph", 1, STEP_PHASES, base="torch"),
-    Backend("fused-graph", 2, STEP_PHASES, base="fused"),
+    Backend(
+        "torch-graph", 1, STEP_PHASES, "torch", "{name} times the decode step only, not {phase}"
+    ),
+    Backend(
+        "fused-graph", 2, STEP_PHASES, "fused", "{name} times the decode step only, not {phase}"
+    ),
 )
 
 BACKEND: dict[str, Backend] = {b.name: b for b in _BACKENDS}
