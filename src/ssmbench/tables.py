@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +16,7 @@ import pandera.pandas as pa
 
 from ssmbench.measure.profile import BUCKETS  # torch-free at import
 from ssmbench.records import STATUSES, CellRecord
+from ssmbench.registry import PHASES
 
 
 def family_of(table: pd.DataFrame) -> pd.Series:
@@ -44,49 +46,21 @@ def with_columns(table: pd.DataFrame, numeric=(), text=()) -> pd.DataFrame:
     return out
 
 
-CELL_COLUMNS = KEYS + [
-    "device",
-    "device_name",
-    "status",
-    "reason",
-    "time_ms_median",
-    "time_ms_p95",
-    "n_samples",
-    "tokens",
-    "flop",
-    "bytes",
-    "intensity",
-    "tflops",
-    "bw_gbps",
-    "spread",
-    "compute_dtype",
-    "ceiling_tflops",
-    "ceiling_bw_gbps",
-    "compute_util",
-    "bw_util",
-    "compute_util_datasheet",
-    "bw_util_datasheet",
-    "cache_resident",
-    "peak_bytes",
-    "weights_bytes",
-    "cache_bytes",
-    "cache_bytes_analytic",
-    "activations_bytes",
-    "memory_method",
-    "energy_j",
-    "energy_j_per_token",
-    "energy_method",
-    "energy_reason",
-    "sm_clock_before_mhz",
-    "sm_clock_after_mhz",
-    "clock_drop",
-    "threads",
-    "host_allocator",
-    "load_avg_1m",
-    "measure_s",
-    "git_commit",
-]
+# The cells table's columns are the record's fields (ssmbench.records.CellRecord), in its
+# order, but those that are not one value per cell: the size preset becomes SIZE_COLUMNS,
+# the samples the samples table, the verify summary the verify table.
+NOT_TABULAR = ("size", "samples_ms", "verify", "started", "ended", "schema_version")
+CELL_COLUMNS = [f.name for f in fields(CellRecord) if f.name not in NOT_TABULAR]
 SIZE_COLUMNS = ["d_model", "n_layers", "n_heads", "head_dim", "expand", "d_conv", "chunk"]
+_TYPES = {f.name: f.type for f in fields(CellRecord)}
+# every cells table has these; columns added later may be absent from older tables
+# (results/precollected, imported runs) and read as empty (with_columns)
+REQUIRED = (*KEYS, "device", "status", "reason")
+# the measured numbers and the text of a cell (its keys aside), for with_columns
+NUMERIC_COLUMNS = [
+    c for c in CELL_COLUMNS if c not in KEYS and _TYPES[c] in ("int", "float | None", "int | None")
+]
+TEXT_COLUMNS = [c for c in CELL_COLUMNS if c not in KEYS and _TYPES[c] == "str"]
 
 _nonneg = pa.Check.ge(0)
 
@@ -95,65 +69,38 @@ def _float(nullable: bool = True) -> pa.Column:
     return pa.Column(float, _nonneg, nullable=nullable, coerce=True)
 
 
+def _column(name: str) -> pa.Column:
+    """The schema column of record field ``name``, from its type (and CHECKED's checks)."""
+    kind = _TYPES[name]
+    required = name in REQUIRED
+    nullable = name not in KEYS and name != "status"
+    if name in CHECKED:
+        dtype, check = CHECKED[name]
+        return pa.Column(dtype, check, nullable=nullable, required=required, coerce=True)
+    if kind == "str":
+        return pa.Column(str, nullable=nullable, required=required, coerce=True)
+    if kind == "int":  # empty in an imported run's table: nullable
+        return pa.Column(pd.Int64Dtype(), _nonneg, nullable=True, required=required, coerce=True)
+    if kind in ("bool", "bool | None"):
+        return pa.Column("boolean", nullable=True, required=required, coerce=True)
+    return pa.Column(float, _nonneg, nullable=True, required=required, coerce=True)
+
+
+# the fields whose values are constrained beyond their type
+CHECKED = {
+    "phase": (str, pa.Check.isin(list(PHASES))),
+    "dtype": (str, pa.Check.isin(["fp64", "fp32", "fp16", "bf16"])),
+    "status": (str, pa.Check.isin(list(STATUSES))),
+    "compute_dtype": (str, pa.Check.isin(["", "fp64", "fp32", "fp16", "bf16"])),
+    "batch": (int, pa.Check.ge(1)),
+    "seq_len": (int, pa.Check.ge(1)),
+    "d_state": (int, pa.Check.ge(0)),
+    "clock_drop": (float, pa.Check.isin([0.0, 1.0])),  # True / False / empty, as 1.0 / 0.0
+}
+
 CELLS_SCHEMA = pa.DataFrameSchema(
     {
-        "run": pa.Column(str, coerce=True),
-        "model": pa.Column(str, coerce=True),
-        "backend": pa.Column(str, coerce=True),
-        "phase": pa.Column(str, coerce=True, checks=pa.Check.isin(["prefill", "decode", "train"])),
-        "batch": pa.Column(int, pa.Check.ge(1), coerce=True),
-        "seq_len": pa.Column(int, pa.Check.ge(1), coerce=True),
-        "d_state": pa.Column(int, pa.Check.ge(0), coerce=True),
-        "dtype": pa.Column(
-            str, coerce=True, checks=pa.Check.isin(["fp64", "fp32", "fp16", "bf16"])
-        ),
-        "device": pa.Column(str, coerce=True),
-        "device_name": pa.Column(str, nullable=True, coerce=True),
-        "status": pa.Column(str, coerce=True, checks=pa.Check.isin(list(STATUSES))),
-        "reason": pa.Column(str, nullable=True, coerce=True),
-        "cache_resident": pa.Column("boolean", nullable=True, required=False, coerce=True),
-        "time_ms_median": _float(),
-        "time_ms_p95": _float(),
-        "n_samples": pa.Column(int, pa.Check.ge(0), coerce=True),
-        "tokens": _float(),
-        "flop": _float(),
-        "bytes": _float(),
-        "intensity": _float(),
-        "tflops": _float(),
-        "bw_gbps": _float(),
-        "spread": _float(),
-        # absent from tables written before the column (results/precollected)
-        "compute_dtype": pa.Column(
-            str,
-            pa.Check.isin(["", "fp64", "fp32", "fp16", "bf16"]),
-            nullable=True,
-            required=False,
-            coerce=True,
-        ),
-        "ceiling_tflops": _float(),
-        "ceiling_bw_gbps": _float(),
-        "compute_util": _float(),
-        "bw_util": _float(),
-        "compute_util_datasheet": _float(),
-        "bw_util_datasheet": _float(),
-        "peak_bytes": _float(),
-        "weights_bytes": _float(),
-        "cache_bytes": _float(),
-        "cache_bytes_analytic": _float(),
-        "activations_bytes": _float(),
-        "memory_method": pa.Column(str, nullable=True, coerce=True),
-        "energy_j": _float(),
-        "energy_j_per_token": _float(),
-        "energy_method": pa.Column(str, nullable=True, coerce=True),
-        "energy_reason": pa.Column(str, nullable=True, coerce=True),
-        "sm_clock_before_mhz": _float(),
-        "sm_clock_after_mhz": _float(),
-        "clock_drop": pa.Column(float, nullable=True, coerce=True),  # 1.0 / 0.0 / empty
-        "threads": _float(),
-        "host_allocator": pa.Column(str, nullable=True, coerce=True, required=False),
-        "load_avg_1m": _float(),
-        "measure_s": _float(),
-        "git_commit": pa.Column(str, nullable=True, coerce=True),
+        **{c: _column(c) for c in CELL_COLUMNS},
         # the run's size preset; empty for an imported run of another study's checkpoints
         **{
             c: pa.Column(pd.Int64Dtype(), pa.Check.ge(1), nullable=True, coerce=True)
@@ -395,17 +342,7 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
     if path.suffix == ".parquet":
         df = pd.read_parquet(path)
     else:
-        text_columns = (
-            "reason",
-            "device_name",
-            "git_commit",
-            "memory_method",
-            "energy_method",
-            "energy_reason",
-            "family",
-            "host_allocator",
-            "compute_dtype",
-        )
+        text_columns = (*TEXT_COLUMNS, "family")
         df = pd.read_csv(path, dtype={c: object for c in text_columns})
         for col in text_columns:
             if col in df:

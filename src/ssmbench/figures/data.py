@@ -16,27 +16,17 @@ from ssmbench.figures.style import (
     PHASES,
     color,
 )
-from ssmbench.tables import family_of, with_columns  # noqa: F401  (figures read it here)
-
-# The columns of the cells table a figure reads, made to exist (NaN / "") by with_columns.
-CELL_NUMERIC = (
-    "time_ms_median",
-    "tokens",
-    "intensity",
-    "tflops",
-    "bw_gbps",
-    "ceiling_tflops",
-    "ceiling_bw_gbps",
-    "compute_util",
-    "bw_util",
-    "peak_bytes",
-    "weights_bytes",
-    "cache_bytes",
-    "activations_bytes",
-    "energy_j",
-    "energy_j_per_token",
+from ssmbench.tables import (  # noqa: F401  (with_columns: figures read it here)
+    NUMERIC_COLUMNS,
+    TEXT_COLUMNS,
+    family_of,
+    with_columns,
 )
-CELL_TEXT = ("run", "device", "device_name", "reason", "energy_method", "energy_reason")
+
+# The columns of the cells table a figure reads, made to exist (NaN / "") by with_columns:
+# the record's (ssmbench.tables, from ssmbench.records.CellRecord), and the run's name.
+CELL_NUMERIC = tuple(NUMERIC_COLUMNS)
+CELL_TEXT = ("run", *TEXT_COLUMNS)
 
 
 def as_list(value) -> list | None:
