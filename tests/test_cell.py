@@ -44,7 +44,6 @@ def test_ok_cell_has_samples_counts_and_measured_sizes():
 
     c = counts.counts("mamba", "prefill", SIZE, 1, 48, 4, "fp32")
     assert r.weights_bytes == c.weights_bytes and r.cache_bytes == c.cache_bytes
-    assert r.cache_bytes_analytic == c.cache_bytes
     assert r.verify["status"] == "passed" and r.threads == 1
     assert r.host_allocator.startswith("glibc, freed memory kept")  # TIMING's default: retain
     # the memory split adds up, measured from the allocator's events
@@ -73,7 +72,7 @@ def test_decode_cell_steps_from_a_cache_of_t_tokens(model):
     # attention's is a buffer of 49 (the new token is written in place) with its position
     positions = 8 * sum(SIZE.layer_kind(i) == "A" for i in range(SIZE.n_layers))
     positions = SIZE.n_layers * 8 if model == "attention" else positions if model == "hybrid" else 0
-    assert r.cache_bytes == c.cache_bytes + positions and c.cache_bytes == r.cache_bytes_analytic
+    assert r.cache_bytes == c.cache_bytes + positions
     assert r.kv_cache == ("in-place" if model in ("attention", "hybrid") else "")
     assert r.peak_bytes == r.weights_bytes + r.cache_bytes + r.activations_bytes
 
