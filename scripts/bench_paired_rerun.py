@@ -51,12 +51,13 @@ def worker(args) -> None:
     from ssmbench.cell import CellSpec
     from ssmbench.config import Cell, load, plan
     from ssmbench.paired import run_paired
+    from ssmbench.registry import NO_STATE
     from ssmbench.stats import ratio_interval
 
     p = plan(load(overrides={"preset": args.preset}))
     timing = p.paired_timing or p.timing
     for model, (phase, seq_len) in itertools.product(args.models, args.points):
-        d_state = 0 if model == "deltanet" else 16
+        d_state = 0 if model in NO_STATE else 16
         cell = Cell(model, "torch", phase, 1, seq_len, d_state, "fp32")
         cache = "random" if phase == "decode" and seq_len > 4096 else "prefill"
         spec = CellSpec("rerun", cell, p.device, p.size, timing, p.seed, cache_source=cache)

@@ -298,3 +298,41 @@ def test_speedups_with_intervals_and_rows_for_graph_cells_that_did_not_run():
     assert ok.speedup_lo < ok.speedup < ok.speedup_hi and 2.5 < ok.speedup < 3.5
     fused = table[table.graph == "fused-graph"].iloc[0]
     assert fused.status == "unavailable" and pd.isna(fused.speedup)
+
+
+def test_on_a_gpu_each_round_is_timed_by_cuda_events(monkeypatch):
+    """The CUDA branch of a pair's timer, on a fake of the few names it uses: each sample is
+    one pair of events around one call, read after the call's end event synchronizes."""
+    import torch
+
+    clock = iter(range(1000))
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+            self.at = None
+
+        def record(self):
+            self.at = next(clock)
+
+        def synchronize(self):
+            assert self.at is not None
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    calls = []
+    fns = (lambda: calls.append("A"), lambda: calls.append("B"))
+    a, b = measure_pair(fns, TIMING, device="cuda")
+    assert a.samples_ms == b.samples_ms == [1.0] * TIMING.min_samples  # start, end: one tick
+    assert calls[2:6] == ["A", "B", "B", "A"]
+
+
+def test_a_cuda_pair_without_a_gpu_is_unavailable():
+    cell = Cell("mamba2", "fused", "decode", 1, 32, 4, "bf16")
+    record = run_paired(CellSpec("t", cell, "cuda", SIZE, TIMING))
+    if record.status != "unavailable":  # a machine with CUDA runs it
+        pytest.skip("CUDA is available here")
+    assert "torch.cuda.is_available() is False" in record.reason and record.n_rounds == 0
