@@ -285,15 +285,26 @@ def figure_cells(wildcards):
 
 
 def figure_table(wildcards):
-    if wildcards.run in IMPORTED_RUNS:
-        return paths.imported_table(
-            wildcards.run, f"{figure_spec(wildcards).table}.csv"
-        )
-    if LIVE:
-        live_run(wildcards.run)
-        return paths.figure_table(wildcards.run, wildcards.figure)
+    """The table a live run's figure draws (rule figure_table makes it)."""
+    live_run(wildcards.run)
+    return paths.figure_table(wildcards.run, wildcards.figure)
+
+
+def precollected_figure_table(wildcards):
+    """The table a shipped run's figure draws: one of its own, under precollected_dir."""
     name = f"{figure_spec(wildcards).table}.csv"
     return paths.precollected_table(wildcards.run, name, PLAN.precollected_dir)
+
+
+def imported_figure_table(wildcards):
+    """The table an imported run's figure draws (rule import_ssm_scope writes it)."""
+    if wildcards.run not in IMPORTED_RUNS:
+        raise ValueError(
+            f"run {wildcards.run!r} is not imported; import_ssm_scope=<clone> imports "
+            "ssm-scope-rtx4090 and ssm-scope-jetson"
+        )
+    name = f"{figure_spec(wildcards).table}.csv"
+    return paths.imported_table(wildcards.run, name)
 
 
 def figure_kind(wildcards):
@@ -313,19 +324,25 @@ def with_prov(files):
     return [f for path in files for f in (path, paths.prov(path))]
 
 
+def figures_of(run, figures, origin):
+    """Every file of ``figures`` of ``run``, drawn from ``origin``'s tables (paths.figure)."""
+    return [
+        paths.figure(run, fig, ext, origin)
+        for fig in figures
+        for ext in paths.FIGURE_EXTS
+    ]
+
+
 def all_targets():
-    runs = [RUN] if LIVE else precollected_runs(PLAN.precollected_dir)
-    if not runs:
-        sys.exit(
-            f"ssm-bench: source=precollected but no run in {PLAN.precollected_dir}/"
-        )
+    """The live run's tables and figures, or with source=precollected every shipped run's
+    figures (each in figures/precollected/<run>/), and any imported run's."""
     targets = []
     if LIVE:
         targets += [paths.table(RUN, name) for name in paths.TABLES]
-    for run in runs:
-        for fig in PLAN.figures:
-            targets += [paths.figure(run, fig, ext) for ext in paths.FIGURE_EXTS]
+        targets += figures_of(RUN, PLAN.figures, "live")
+    else:  # plan() refuses a precollected_dir without a run
+        for run in precollected_runs(PLAN.precollected_dir):
+            targets += figures_of(run, PLAN.figures, "precollected")
     for run in IMPORTED_RUNS:
-        for fig in IMPORTED_FIGURES:
-            targets += [paths.figure(run, fig, ext) for ext in paths.FIGURE_EXTS]
+        targets += figures_of(run, IMPORTED_FIGURES, "imported")
     return with_prov(targets)

@@ -1,6 +1,8 @@
 localrules:
     figure_table,
     figure,
+    figure_precollected,
+    figure_imported,
 
 
 rule figure_table:
@@ -19,23 +21,31 @@ rule figure_table:
         "../../scripts/figure_table.py"
 
 
-rule figure:
-    input:
-        table=figure_table,
-        notebook="notebooks/{figure}.ipynb",
-    output:
-        pdf=paths.figure("{run}", "{figure}", "pdf"),
+def figure_outputs(origin):
+    """The figure rule's outputs for a run of ``origin`` (paths.FIGURES_BY_ORIGIN): the
+    PDF, the PNG (in the report), the executed notebook and their sidecars."""
+    path = lambda ext: paths.figure("{run}", "{figure}", ext, origin)
+    return dict(
+        pdf=path("pdf"),
         png=report(
-            paths.figure("{run}", "{figure}", "png"),
+            path("png"),
             caption="../report/figure.rst",
             category="figures",
             subcategory="{run}",
             labels={"figure": "{figure}"},
         ),
-        ipynb=paths.figure("{run}", "{figure}", "ipynb"),
-        prov=[
-            paths.prov(paths.figure("{run}", "{figure}", e)) for e in paths.FIGURE_EXTS
-        ],
+        ipynb=path("ipynb"),
+        prov=[paths.prov(path(ext)) for ext in paths.FIGURE_EXTS],
+    )
+
+
+# A live run's figure: figures/<run>/, from the table rule figure_table makes.
+rule figure:
+    input:
+        table=figure_table,
+        notebook="notebooks/{figure}.ipynb",
+    output:
+        **figure_outputs("live"),
     log:
         "logs/{run}/figure/{figure}.log",
     conda:
@@ -50,3 +60,25 @@ rule figure:
         ).read_text(),
     script:
         "../../scripts/figure.py"
+
+
+# A shipped run's figure: figures/precollected/<run>/, from its own tables.
+use rule figure as figure_precollected with:
+    input:
+        table=precollected_figure_table,
+        notebook="notebooks/{figure}.ipynb",
+    output:
+        **figure_outputs("precollected"),
+    log:
+        "logs/precollected/{run}/figure/{figure}.log",
+
+
+# An imported run's figure: figures/imported/<run>/, from the tables the import wrote.
+use rule figure as figure_imported with:
+    input:
+        table=imported_figure_table,
+        notebook="notebooks/{figure}.ipynb",
+    output:
+        **figure_outputs("imported"),
+    log:
+        "logs/imported/{run}/figure/{figure}.log",
