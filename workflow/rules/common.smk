@@ -320,6 +320,25 @@ def figure_filters(wildcards):
     }
 
 
+def figure_outputs(origin):
+    """The figure rule's outputs for a run of ``origin`` (paths.FIGURES_BY_ORIGIN): the
+    PDF, the PNG (in the report), the executed notebook and their sidecars."""
+    # Snakemake resolves the caption against the rule's file, workflow/rules/figures.smk
+    path = lambda ext: paths.figure("{run}", "{figure}", ext, origin)
+    return dict(
+        pdf=path("pdf"),
+        png=report(
+            path("png"),
+            caption="../report/figure.rst",
+            category="figures",
+            subcategory="{run}",
+            labels={"figure": "{figure}"},
+        ),
+        ipynb=path("ipynb"),
+        prov=[paths.prov(path(ext)) for ext in paths.FIGURE_EXTS],
+    )
+
+
 def with_prov(files):
     return [f for path in files for f in (path, paths.prov(path))]
 

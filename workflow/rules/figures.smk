@@ -21,24 +21,6 @@ rule figure_table:
         "../../scripts/figure_table.py"
 
 
-def figure_outputs(origin):
-    """The figure rule's outputs for a run of ``origin`` (paths.FIGURES_BY_ORIGIN): the
-    PDF, the PNG (in the report), the executed notebook and their sidecars."""
-    path = lambda ext: paths.figure("{run}", "{figure}", ext, origin)
-    return dict(
-        pdf=path("pdf"),
-        png=report(
-            path("png"),
-            caption="../report/figure.rst",
-            category="figures",
-            subcategory="{run}",
-            labels={"figure": "{figure}"},
-        ),
-        ipynb=path("ipynb"),
-        prov=[paths.prov(path(ext)) for ext in paths.FIGURE_EXTS],
-    )
-
-
 # A live run's figure: figures/<run>/, from the table rule figure_table makes.
 rule figure:
     input:
