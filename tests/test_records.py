@@ -75,8 +75,6 @@ def test_a_not_run_cell_validates_and_tabulates(tmp_path):
     assert records.read_record(path).status == "not_run"
     cells = tables.cells_table([make_record(), never])
     assert list(cells.status) == ["ok", "not_run"]
-    assert "not_run" in records.STATUSES and "not_run" in STATUS_MARKERS
-    schema_statuses = records.schema()["properties"]["status"]["enum"]
-    assert schema_statuses == list(records.STATUSES)
+    assert "not_run" in STATUS_MARKERS  # the figures mark it (the schema's enum: test_registry)
     with pytest.raises(ValueError, match="reason"):
         records.validate_record({**never.to_dict(), "reason": ""})

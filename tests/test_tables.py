@@ -29,8 +29,20 @@ def test_tables_from_records(tmp_path):
     ]
     cells = tables.cells_table(recs)
     assert list(cells.columns[: len(tables.KEYS)]) == tables.KEYS
-    assert set(tables.CELL_COLUMNS) <= set(cells.columns)
-    assert cells.status.tolist().count("oom") == 1
+    # one row per record (sorted by the keys) holding its values, the size spread into columns
+    assert len(cells) == len(recs)
+    for rec in recs:
+        (row,) = cells[
+            (cells.backend == rec.backend)
+            & (cells.seq_len == rec.seq_len)
+            & (cells.status == rec.status)
+        ].itertuples()
+        assert row.d_model == rec.size["d_model"] and row.flop == rec.flop
+        assert row.reason == rec.reason
+        if rec.time_ms_median is None:
+            assert pd.isna(row.time_ms_median)
+        else:
+            assert row.time_ms_median == rec.time_ms_median
     samples = tables.samples_table(recs)
     assert len(samples) == 6 and samples.time_ms.sum() == pytest.approx(12.0)
     path = tmp_path / "cells.csv"
