@@ -234,7 +234,7 @@ def _sidecar_mismatch(path: Path, found: str | None = None) -> Mismatch | None:
         expected, against = _recorded(path, sidecar), f"sidecar {sidecar}"
     except FileNotFoundError:
         expected, against = None, f"no sidecar {sidecar}"
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, TypeError) as e:
         expected, against = None, f"sidecar {sidecar} unreadable: {e}"
     if found is not None and found == expected:
         return None
