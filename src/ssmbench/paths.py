@@ -27,6 +27,8 @@ FIGURE_TABLE = "results/{run}/tables/figures/{figure}.csv"
 FIGURE = "figures/{run}/{figure}.{ext}"
 PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
 IMPORTED_TABLE = "results/imported/{run}/tables/{table}"
+# a shipped run checked against its sidecars and manifest (ssmbench.provenance.verify_run)
+VERIFIED = "results/provenance/{run}.verified.json"
 
 # The tables `aggregate` writes (docs/ARCHITECTURE.md, "The contract").
 TABLES = (
@@ -127,3 +129,8 @@ def imported_table(run: str, name: str) -> str:
 
 def precollected_table(run: str, name: str, precollected: str = PRECOLLECTED) -> str:
     return PRECOLLECTED_TABLE.format(precollected=precollected, run=run, table=name)
+
+
+def verified(run: str) -> str:
+    """The stamp saying that precollected run ``run`` matched its manifest and sidecars."""
+    return VERIFIED.format(run=run)

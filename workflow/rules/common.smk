@@ -266,6 +266,20 @@ def planned_paired(wildcards):
     return [vars(c) for c in PLAN.paired] if PLAN.partial else []
 
 
+def shipped_files(wildcards):
+    """Every file of a precollected run, which rule verify_provenance checks."""
+    run_dir = Path(PLAN.precollected_dir, wildcards.run)
+    return sorted(str(p) for p in run_dir.rglob("*") if p.is_file())
+
+
+def precollected_verified(wildcards):
+    """The stamp of a precollected run's provenance check, which its figures wait for;
+    nothing for a live or imported run."""
+    if LIVE or wildcards.run in IMPORTED_RUNS:
+        return []
+    return paths.verified(wildcards.run)
+
+
 def figure_spec(wildcards):
     if wildcards.figure not in PLAN.figures:
         raise ValueError(

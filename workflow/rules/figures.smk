@@ -1,6 +1,25 @@
 localrules:
+    verify_provenance,
     figure_table,
     figure,
+
+
+# A shipped run is checked before any of its figures is drawn: every file against its
+# sidecar and the run's manifest (ssmbench.provenance.verify_run); a mismatch stops the run.
+rule verify_provenance:
+    input:
+        shipped_files,
+    output:
+        stamp=paths.VERIFIED,
+        prov=paths.prov(paths.VERIFIED),
+    log:
+        "logs/{run}/verify_provenance.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        run_dir=lambda w: f"{PLAN.precollected_dir}/{w.run}",
+    script:
+        "../../scripts/verify_provenance.py"
 
 
 rule figure_table:
@@ -23,6 +42,7 @@ rule figure:
     input:
         table=figure_table,
         notebook="notebooks/{figure}.ipynb",
+        verified=precollected_verified,
     output:
         pdf=paths.figure("{run}", "{figure}", "pdf"),
         png=report(
