@@ -51,13 +51,18 @@ REPORT ?= report.html
 report: venv  ## the run's figures, claims and verdict as one HTML page (after the run)
 	$(BIN)/snakemake --report $(REPORT) $(if $(CONFIG),--config $(CONFIG))
 
+# Both check the shipped runs first, every file against its sidecar and its run's
+# MANIFEST.sha256, and stop on a mismatch naming the file (the workflow checks them again
+# before each run's figures: rule verify_provenance).
 figures-precollected: venv  ## every figure from results/precollected/, nothing measured
+	$(BIN)/python -m ssmbench verify-provenance results/precollected
 	$(SNAKEMAKE) --config source=precollected
 
 # Artifact evaluation in an environment without torch: only the analysis dependencies.
 artifact:
 	$(PYTHON) -m venv .venv-artifact
 	.venv-artifact/bin/pip install --quiet -c requirements.lock -e .
+	.venv-artifact/bin/python -m ssmbench verify-provenance results/precollected
 	.venv-artifact/bin/snakemake --cores $(CORES) --config source=precollected
 
 # Wheels for scripts/offline_install.sh on a GPU machine without internet (CPython 3.12,

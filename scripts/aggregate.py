@@ -2,20 +2,26 @@
 verify.csv, ops.csv, claims.csv.
 
 With ``partial=True`` (finishing a stopped run, ssmbench.finish) the planned cells that
-left no finished record are rows too: not_run, or failed when their job started."""
+left no finished record are rows too: not_run, or failed when their job started.
+
+Every record read must match its sidecar first (ssmbench.provenance.check_all): one
+changed since its job wrote it, or without a sidecar, stops the job, named with the sha256
+its sidecar records and the one found."""
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.aggregate import aggregate
 from ssmbench.config import Cell
 from ssmbench.finish import unfinished_paired, unfinished_records
-from ssmbench.provenance import from_snakemake, now
+from ssmbench.provenance import check_all, from_snakemake, now
 from ssmbench.scripting import logged
 from ssmbench.tables import write_tables
 
 with logged(snakemake):
     started = now()
     run, p = snakemake.wildcards.run, snakemake.params
+    i = snakemake.input
+    check_all([*i.cells, *i.paired, *i.verify, *i.ops, *i.device])  # or ProvenanceError
     planned = [Cell(**c) for c in p.planned]
     extra = unfinished_records(run, planned, snakemake.input.cells, p.size, p.device, p.stopped)
     planned_paired = [Cell(**c) for c in p.planned_paired]

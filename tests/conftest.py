@@ -1,5 +1,5 @@
 """Shared fixtures: a copy of the workflow in a temporary directory, a Snakemake runner, one
-torch thread, and where the seed studies' published data lives."""
+torch thread, where the seed studies' published data lives, and builders of valid records."""
 
 from __future__ import annotations
 
@@ -57,3 +57,78 @@ def ci_run(tmp_path_factory) -> Path:
     out = snakemake(wf, "--config", "preset=ci")
     assert out.returncode == 0, f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
     return wf
+
+
+# Record builders: valid records of small cells, with the fields a test changes.
+
+RECORD_SIZE = {
+    "d_model": 32,
+    "n_layers": 1,
+    "n_heads": 2,
+    "head_dim": 16,
+    "expand": 2,
+    "d_conv": 4,
+    "chunk": 16,
+}
+
+
+def make_record(**kw):
+    """A valid ok CellRecord of a small mamba prefill, with ``kw`` changed."""
+    from ssmbench.records import CellRecord
+
+    base = dict(
+        run="t",
+        model="mamba",
+        backend="torch",
+        phase="prefill",
+        batch=1,
+        seq_len=64,
+        d_state=4,
+        dtype="fp32",
+        device="cpu",
+        size=RECORD_SIZE,
+        samples_ms=[1.0, 2.0, 3.0],
+        n_samples=3,
+        time_ms_median=2.0,
+        time_ms_p95=2.9,
+        tokens=64,
+        flop=1e6,
+        bytes=1e4,
+        intensity=100.0,
+    )
+    base.update(kw)
+    return CellRecord(**base)
+
+
+def paired_record(model, ratio, n=30, noise=0.02, seed=0, **kw):
+    """A paired decode record of ``model`` against attention: ``n`` rounds whose true ratio
+    is ``ratio``, with ``noise`` and a 50% drift shared by both sides."""
+    import numpy as np
+
+    from ssmbench.paired import PairedRecord
+
+    rng = np.random.default_rng(seed)
+    drift = np.linspace(1.0, 1.5, n)  # the machine slows down during the pair
+    ssm = drift * (1 + noise * rng.standard_normal(n))
+    attention = ratio * drift * (1 + noise * rng.standard_normal(n))
+    fields = dict(
+        run="t",
+        model=model,
+        backend="torch",
+        phase="decode",
+        batch=1,
+        seq_len=256,
+        d_state=16,
+        dtype="fp32",
+        device="cpu",
+        size={},
+        n_rounds=n,
+        attention_samples_ms=list(attention),
+        ssm_samples_ms=list(ssm),
+        attention_ms=float(np.median(attention)),
+        ssm_ms=float(np.median(ssm)),
+        latency_ratio=float(np.median(attention) / np.median(ssm)),
+        attention_flop=2.0,
+        ssm_flop=1.0,
+    )
+    return PairedRecord(**{**fields, **kw})

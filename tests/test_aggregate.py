@@ -3,14 +3,13 @@ results/precollected/cpu gives the shipped tables, column by column."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from ssmbench.aggregate import aggregate
-from ssmbench.analysis import go_no_go_table, speedups_table
+from ssmbench.analysis import go_no_go_table, speedups_table, verdict_rst
 from ssmbench.config import REPO
 from ssmbench.tables import write_tables
 
@@ -71,9 +70,6 @@ def test_the_shipped_tables_are_what_the_shipped_records_make(rebuilt, name):
 
 
 def test_the_verdict_is_what_the_records_say(rebuilt):
-    spec = importlib.util.spec_from_file_location("verdict", REPO / "scripts" / "verdict.py")
-    verdict = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(verdict)
     _, tables, go_no_go = rebuilt
-    text = verdict.verdict_rst(tables["cells"], tables["claims"], go_no_go)
+    text = verdict_rst(tables["cells"], tables["claims"], go_no_go)
     assert text == (RUN / "tables" / "verdict.rst").read_text()

@@ -366,6 +366,11 @@ def run_named_imported():
 
 
 @case
+def run_named_provenance():
+    return with_cli("run", "provenance", "'provenance' is reserved")
+
+
+@case
 def preset_run_named_imported():
     return with_preset("run", "imported")
 

@@ -252,7 +252,7 @@ def test_a_latency_ratio_claim_carries_its_interval_with_the_samples():
     import numpy as np
 
     from ssmbench import tables
-    from tests.test_records import make_record
+    from tests.conftest import make_record
 
     rng = np.random.default_rng(0)
     records = []

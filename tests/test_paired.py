@@ -1,44 +1,22 @@
-"""Paired cells: attention and an SSM in alternating rounds of one process, their table,
-and the go/no-go answers read from them."""
+"""Paired cells: attention and an SSM in alternating rounds of one process, their plan,
+records and table.  (The go/no-go answers read from them: test_analysis.)"""
 
 from __future__ import annotations
 
 import math
 import statistics
 
-import numpy as np
-import pandas as pd
 import pytest
 
-from ssmbench import analysis, tables
+from ssmbench import tables
 from ssmbench.cell import CellSpec
 from ssmbench.config import Cell, ConfigError, Size, Timing, load, paired_attention, plan
 from ssmbench.finish import unfinished_paired
-from ssmbench.measure.timing import measure_pair
-from ssmbench.paired import PairedRecord, read_paired, run_paired, validate_paired, write_paired
+from ssmbench.paired import read_paired, run_paired, validate_paired, write_paired
+from tests.conftest import paired_record
 
 SIZE = Size(d_model=32, n_layers=2, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
 TIMING = Timing(warmup=1, min_samples=6, max_samples=8, min_time_s=0.0, max_time_s=5.0)
-
-
-def test_rounds_alternate_their_order_and_give_both_sides_as_many_samples():
-    calls = []
-    fns = (lambda: calls.append("A"), lambda: calls.append("B"))
-    a, b = measure_pair(fns, TIMING)
-    # no spread target and no minimum time: min_samples rounds are enough
-    assert len(a.samples_ms) == len(b.samples_ms) == TIMING.min_samples
-    warm = calls[: 2 * TIMING.warmup]
-    rounds = calls[2 * TIMING.warmup :]
-    assert warm == ["A", "B"]
-    assert rounds[:8] == ["A", "B", "B", "A", "A", "B", "B", "A"]
-    assert a.warmup == b.warmup == TIMING.warmup
-
-
-def test_a_pair_stops_at_its_deadline_with_equal_rounds():
-    import time
-
-    a, b = measure_pair((lambda: time.sleep(0.01), lambda: None), TIMING, deadline=0.0)
-    assert a.timed_out and b.timed_out and a.samples_ms == b.samples_ms == []
 
 
 def spec(model="mamba2", backend="torch", phase="decode", cache_source="prefill", timing=TIMING):
@@ -146,34 +124,6 @@ def test_the_cpu_preset_pairs_every_ssm_at_the_decision_lengths():
     assert all(p.cache_source(c) == "random" for c in long)
 
 
-def paired_record(model, ratio, n=30, noise=0.02, seed=0, **kw):
-    rng = np.random.default_rng(seed)
-    drift = np.linspace(1.0, 1.5, n)  # the machine slows down during the pair
-    ssm = drift * (1 + noise * rng.standard_normal(n))
-    attention = ratio * drift * (1 + noise * rng.standard_normal(n))
-    fields = dict(
-        run="t",
-        model=model,
-        backend="torch",
-        phase="decode",
-        batch=1,
-        seq_len=256,
-        d_state=16,
-        dtype="fp32",
-        device="cpu",
-        size={},
-        n_rounds=n,
-        attention_samples_ms=list(attention),
-        ssm_samples_ms=list(ssm),
-        attention_ms=float(np.median(attention)),
-        ssm_ms=float(np.median(ssm)),
-        latency_ratio=float(np.median(attention) / np.median(ssm)),
-        attention_flop=2.0,
-        ssm_flop=1.0,
-    )
-    return PairedRecord(**{**fields, **kw})
-
-
 def test_the_paired_table_holds_each_ratio_with_its_paired_interval():
     table = tables.paired_table(
         [paired_record("mamba2", 2.0), paired_record("s4d", 1.0, status="not_run")]
@@ -193,141 +143,6 @@ def test_unfinished_paired_cells_become_rows(tmp_path, monkeypatch):
     cells = [Cell("mamba2", "torch", "decode", 1, 256, 16, "fp32")]
     (record,) = unfinished_paired("t", cells, [], {}, "cpu", "budget")
     assert record.status == "not_run" and record.reason.startswith("budget")
-
-
-def go_no_go_cells(attention_ms=2.0):
-    """Separate cells of attention, mamba2 and mamba at one decode point, with samples."""
-    from tests.test_records import make_record
-
-    rng = np.random.default_rng(3)
-    records = []
-    for model, ms in (("attention", attention_ms), ("mamba2", 1.0), ("mamba", 1.0)):
-        samples = list(ms * (1 + 0.3 * rng.standard_normal(20)).clip(0.5))
-        records.append(
-            make_record(
-                model=model,
-                backend="torch",
-                phase="decode",
-                seq_len=256,
-                d_state=0 if model == "attention" else 16,
-                samples_ms=samples,
-                n_samples=len(samples),
-                time_ms_median=float(np.median(samples)),
-                time_ms_p95=float(np.percentile(samples, 95)),
-            )
-        )
-    return tables.cells_table(records), tables.samples_table(records)
-
-
-def test_go_no_go_reads_paired_cells_first_and_says_what_each_interval_supports():
-    cells, samples = go_no_go_cells(attention_ms=1.05)
-    paired = tables.paired_table([paired_record("mamba2", 1.6)])
-    table = analysis.go_no_go_table(cells, samples=samples, paired=paired)
-    m2 = table[table.ssm == "mamba2"].iloc[0]
-    assert m2.interval == "paired" and m2.answer == "ssm faster"
-    assert m2.latency_ratio == pytest.approx(paired.latency_ratio.iloc[0])
-    # mamba has no paired cell: the separate cells' ratio, its interval holding 1
-    m1 = table[table.ssm == "mamba"].iloc[0]
-    assert m1.interval == "separate cells" and m1.answer == "inconclusive"
-    assert m1.latency_lo < 1.0 < m1.latency_hi
-    # without samples a separate-cell ratio has no interval and no answer
-    bare = analysis.go_no_go_table(cells)
-    assert bare.interval.eq("").all() and bare.answer.eq("").all()
-
-
-def test_go_no_go_names_the_precision_of_each_side():
-    cells, samples = go_no_go_cells()
-    cells = cells.assign(compute_dtype=np.where(cells.model == "attention", "bf16", "fp32"))
-    table = analysis.go_no_go_table(cells, samples=samples)
-    assert set(table.attention_compute_dtype) == {"bf16"}
-    assert set(table.ssm_compute_dtype) == {"fp32"}
-
-
-def test_the_verdict_gives_intervals_inconclusive_points_and_precision():
-    from scripts.verdict import go_no_go_sentences
-
-    cells, samples = go_no_go_cells(attention_ms=1.05)
-    cells = cells.assign(compute_dtype=np.where(cells.model == "attention", "bf16", "fp32"))
-    paired = tables.paired_table([paired_record("mamba2", 1.6)])
-    table = analysis.go_no_go_table(cells, samples=samples, paired=paired)
-    text = " ".join(go_no_go_sentences(table))
-    ratio = table[table.ssm == "mamba2"].iloc[0]
-    assert (
-        f"mamba2 {ratio.latency_ratio:.2f}x (95% CI {ratio.latency_lo:.2f}-"
-        f"{ratio.latency_hi:.2f}, paired)" in text
-    )
-    assert "Inconclusive in decode (the 95% interval holds 1, no answer): mamba at T = 256" in text
-    assert "Not like for like in precision: " in text
-    assert "mamba: attention computes in bf16, the SSM in fp32" in text
-
-
-def test_speedups_with_intervals_and_rows_for_graph_cells_that_did_not_run():
-    from tests.test_records import make_record
-
-    rng = np.random.default_rng(0)
-    records = []
-    for backend, ms in (("torch", 3.0), ("torch-graph", 1.0)):
-        s = list(ms * (1 + 0.05 * rng.standard_normal(20)))
-        records.append(
-            make_record(
-                model="mamba2",
-                backend=backend,
-                phase="decode",
-                samples_ms=s,
-                n_samples=20,
-                time_ms_median=float(np.median(s)),
-                time_ms_p95=float(np.percentile(s, 95)),
-            )
-        )
-    records.append(
-        make_record(
-            model="mamba2",
-            backend="fused-graph",
-            phase="decode",
-            status="unavailable",
-            reason="no CUDA",
-            samples_ms=[],
-            n_samples=0,
-            time_ms_median=None,
-            time_ms_p95=None,
-        )
-    )
-    cells, samples = tables.cells_table(records), tables.samples_table(records)
-    table = analysis.speedups_table(cells, samples)
-    ok = table[table.graph == "torch-graph"].iloc[0]
-    assert ok.speedup_lo < ok.speedup < ok.speedup_hi and 2.5 < ok.speedup < 3.5
-    fused = table[table.graph == "fused-graph"].iloc[0]
-    assert fused.status == "unavailable" and pd.isna(fused.speedup)
-
-
-def test_on_a_gpu_each_round_is_timed_by_cuda_events(monkeypatch):
-    """The CUDA branch of a pair's timer, on a fake of the few names it uses: each sample is
-    one pair of events around one call, read after the call's end event synchronizes."""
-    import torch
-
-    clock = iter(range(1000))
-
-    class Event:
-        def __init__(self, enable_timing):
-            assert enable_timing
-            self.at = None
-
-        def record(self):
-            self.at = next(clock)
-
-        def synchronize(self):
-            assert self.at is not None
-
-        def elapsed_time(self, end):
-            return float(end.at - self.at)
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    calls = []
-    fns = (lambda: calls.append("A"), lambda: calls.append("B"))
-    a, b = measure_pair(fns, TIMING, device="cuda")
-    assert a.samples_ms == b.samples_ms == [1.0] * TIMING.min_samples  # start, end: one tick
-    assert calls[2:6] == ["A", "B", "B", "A"]
 
 
 def test_a_cuda_pair_without_a_gpu_is_unavailable():

@@ -4,6 +4,8 @@
     python -m ssmbench verify --model attention --backend naive
     python -m ssmbench plan --preset lease      # jobs and estimated seconds
     python -m ssmbench pack DEST --run lease    # a run's outputs as a few files
+    python -m ssmbench verify-provenance results/precollected   # shipped runs, unchanged?
+    python -m ssmbench manifest results/precollected/cpu        # a shipped run's manifest
     python -m ssmbench clocks lock|restore|status
 
 ``verify`` of a graph backend (torch-graph, fused-graph) verifies its base backend and says
@@ -11,6 +13,12 @@ so (``note``).  ``clocks`` locks the GPU's graphics clock at its highest support
 (``nvidia-smi -lgc``, root only; never on a rented or shared machine), restores it, or
 shows it (:mod:`ssmbench.measure.clocks`); a run script that locks exports
 SSMBENCH_CLOCKS_LOCKED=1 so that every cell record says ``clocks_locked``.
+
+``verify-provenance`` checks each shipped run (a folder with ``MANIFEST.sha256``, or every
+run in a folder of them) file by file against its sidecars and its manifest, and names every
+mismatch with the sha256 expected and the one found (exit 1); ``manifest`` writes a run's
+manifest, only from files that their sidecars vouch for
+(:mod:`ssmbench.provenance`).
 
 ``cell`` verifies the backend first (as the workflow does), then measures the cell with the
 size and timing budget of a preset (``--preset``, default ``cpu``) and prints its record as
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from ssmbench import config as sbconfig
 from ssmbench import registry
@@ -89,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("--run", required=True)
     pack.add_argument("--extra", nargs="*", default=[], help="files to send as they are")
 
+    check = sub.add_parser(
+        "verify-provenance", help="check shipped runs against their sidecars and manifests"
+    )
+    check.add_argument("dirs", nargs="+", help="a run's folder, or a folder of runs")
+
+    manifest = sub.add_parser("manifest", help="write a shipped run's MANIFEST.sha256")
+    manifest.add_argument("run_dir")
+
     clocks = sub.add_parser("clocks", help="lock, restore or show the GPU clocks (opt-in)")
     clocks.add_argument("action", choices=["lock", "restore", "status"])
     clocks.add_argument("--gpu", type=int, default=0, help="nvidia-smi device index")
@@ -98,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         return _clocks(args.action, args.gpu)
     if args.command == "plan":
         return _print_plan(args)
+    if args.command == "verify-provenance":
+        return _verify_provenance(args.dirs)
+    if args.command == "manifest":
+        return _manifest(args.run_dir)
     if args.command == "pack":
         from ssmbench.pack import pack as pack_run
 
@@ -158,6 +179,43 @@ def _print_plan(args) -> int:
     if args.jobs:
         for job in budget.jobs(plan):
             print(f"  {job.rule:10s} {job.seconds:7.1f} s  {job.name}")
+    return 0
+
+
+def _verify_provenance(dirs: list[str]) -> int:
+    from ssmbench.provenance import MANIFEST, ProvenanceError, verify_run
+
+    runs = []
+    for d in map(Path, dirs):  # a run, or a folder of runs (each must have a manifest)
+        if not d.is_dir():
+            print(f"error: {d}: no such folder", file=sys.stderr)
+            return 1
+        runs += [d] if (d / MANIFEST).is_file() else sorted(p for p in d.iterdir() if p.is_dir())
+    if not runs:
+        print(f"error: no run in {' '.join(dirs)}", file=sys.stderr)
+        return 1
+    failed = 0
+    for run_dir in runs:
+        try:
+            digest = verify_run(run_dir)
+        except ProvenanceError as e:
+            print(f"error: {run_dir} is not what its provenance records:\n{e}", file=sys.stderr)
+            failed += 1
+        else:
+            print(f"ok: {run_dir} matches its sidecars and {MANIFEST} (sha256 {digest})")
+    return 1 if failed else 0
+
+
+def _manifest(run_dir: str) -> int:
+    from ssmbench.provenance import ProvenanceError, read_manifest, sha256, write_manifest
+
+    try:
+        manifest = write_manifest(run_dir)
+    except ProvenanceError as e:
+        print(f"error: {run_dir}: no manifest written; not vouched for:\n{e}", file=sys.stderr)
+        return 1
+    n = len(read_manifest(manifest))
+    print(f"{manifest}: {n} files (sha256 {sha256(manifest)})")
     return 0
 
 

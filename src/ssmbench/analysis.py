@@ -6,20 +6,25 @@
   the separate cells otherwise, with a 95% bootstrap interval of the latency ratio
   (``ssmbench.stats``: paired over rounds, or unpaired over each cell's samples) and the
   answer it supports: ``ssm faster``, ``attention faster`` or ``inconclusive``.
-- :func:`graph_speedups`: an eager decode step over its CUDA-graph replay, with the same
-  unpaired interval.
+- :func:`graph_speedups`, :func:`speedups_table`: an eager decode step over its CUDA-graph
+  replay, with the same unpaired interval.
+- :func:`crossovers`: where a recurrent family's TTFT or TPOT line crosses attention's.
+- The verdict's sentences (:func:`verdict_rst`), every number read off these tables.
 
 Reads tables only (pandas, numpy, scipy), never torch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
 # BACKEND_TIERS: how tuned a backend is.  A side is compared at the highest tier both sides
 # reached, so a naive loop is never set against a fused kernel.
-from ssmbench.registry import BACKEND_TIERS, SSM_FAMILIES
+from ssmbench.registry import BACKEND_TIERS, PHASES, SSM_FAMILIES, STATUSES
+from ssmbench.select import cells_of, lines, smallest_batch
 from ssmbench.stats import decide, ratio_interval
 from ssmbench.tables import KEYS, family_of, with_columns
 
@@ -301,3 +306,228 @@ def read_table(path, columns: list[str]) -> pd.DataFrame:
         if table[col].dtype == object:
             table[col] = table[col].fillna("").astype(str)
     return table
+
+
+# Crossovers: the TTFT / TPOT figure's points
+
+# Families whose crossing with an attention line the crossover figure marks.
+RECURRENT_FAMILIES = ("mamba", "mamba2", "mamba3", "s4d", "deltanet")
+# The crossover figure's quantities: (phase, column of crossover_data).
+CROSSOVER_COLUMNS = (("prefill", "ttft_ms"), ("decode", "tpot_ms"))
+
+
+def steps(table: pd.DataFrame) -> pd.Series:
+    """Tokens per sequence in each timed call (``tokens / batch``): T for a prefill, 1 for
+    a decode step; where ``tokens`` is empty, T for prefill and train, 1 for decode."""
+    per_sequence = table.tokens / table.batch
+    fallback = pd.Series(
+        np.where(table.phase == "decode", 1.0, table.seq_len.astype(float)), index=table.index
+    )
+    return per_sequence.where(per_sequence > 0, fallback)
+
+
+def crossings(xa, ya, xb, yb) -> list[tuple[float, float]]:
+    """Where two polylines cross on log-log axes: both are interpolated linearly in
+    (log x, log y) onto the union of their x within the range they share, and each sign
+    change of log ya - log yb is solved on its segment.  Returns (x, y) pairs."""
+    lo, hi = max(xa.min(), xb.min()), min(xa.max(), xb.max())
+    if not lo < hi:
+        return []
+    grid = np.unique(np.concatenate([xa, xb]))
+    lx = np.log(grid[(grid >= lo) & (grid <= hi)])
+    la = np.interp(lx, np.log(xa), np.log(ya))
+    lb = np.interp(lx, np.log(xb), np.log(yb))
+    d = la - lb
+    found = []
+    for i in range(len(lx) - 1):
+        if d[i] * d[i + 1] < 0:
+            t = d[i] / (d[i] - d[i + 1])
+            found.append((lx[i] + t * (lx[i + 1] - lx[i]), la[i] + t * (la[i + 1] - la[i])))
+        elif d[i + 1] == 0 and i + 2 < len(lx) and d[i] * d[i + 2] < 0:  # touches a point
+            found.append((lx[i + 1], la[i + 1]))
+    return [(float(np.exp(x)), float(np.exp(y))) for x, y in found]
+
+
+def crossover_data(cells, models=None, backends=None, batch=None, dtype=None) -> pd.DataFrame:
+    """The prefill and decode cells of one batch (``batch``, else the smallest), with
+    ``ttft_ms`` (a prefill's median) and ``tpot_ms`` (a decode's median per step)."""
+    data = cells_of(cells, phase=["prefill", "decode"], model=models, backend=backends, dtype=dtype)
+    data = smallest_batch(data, batch)
+    return data.assign(
+        ttft_ms=data.time_ms_median.where(data.phase == "prefill"),
+        tpot_ms=(data.time_ms_median / steps(data)).where(data.phase == "decode"),
+    )
+
+
+def crossovers(
+    cells: pd.DataFrame,
+    models: Sequence[str] | None = None,
+    backends: Sequence[str] | None = None,
+    batch: int | None = None,
+    dtype: str | Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The crossover points of the TTFT / TPOT figure: for each phase (prefill: time to
+    first token; decode: time per output token), each line of a recurrent family
+    (RECURRENT_FAMILIES) and each attention line, every T where they cross (log-log
+    interpolation between measured points).  Columns phase, recurrent, attention, seq_len,
+    time_ms; ``recurrent`` and ``attention`` are line labels."""
+    data = crossover_data(cells, models, backends, batch, dtype)
+    rows = []
+    for phase, column in CROSSOVER_COLUMNS:
+        found = lines(data[data.phase == phase], column)
+        for a in (line for line in found if line["family"] in RECURRENT_FAMILIES):
+            for b in (line for line in found if line["family"] == "attention"):
+                for t, ms in crossings(a["x"], a["y"], b["x"], b["y"]):
+                    rows.append((phase, a["label"], b["label"], t, ms))
+    return pd.DataFrame(rows, columns=["phase", "recurrent", "attention", "seq_len", "time_ms"])
+
+
+# The verdict's sentences
+
+ALWAYS = ("ok", "unavailable", "failed")  # statuses the sentence names even when none
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def status_sentence(cells: pd.DataFrame) -> str:
+    counts = cells.status.value_counts()
+    known = [s for s in STATUSES if s in ALWAYS or counts.get(s, 0)]
+    other = sorted(set(counts.index) - set(STATUSES))
+    parts = [f"{int(counts.get(s, 0))} {s}" for s in [*known, *other]]
+    run = ", ".join(sorted({str(r) for r in cells.run})) or "this run"
+    return f"Run {run} planned {_count(len(cells), 'cell')}: {', '.join(parts)}."
+
+
+def fastest_sentences(cells: pd.DataFrame) -> list[str]:
+    """Per phase: the fastest backend of each family at that family's longest ok length
+    (smallest batch there), with its margin over the runner-up backend."""
+    ok = cells[(cells.status == "ok") & cells.time_ms_median.notna()]
+    phases = [p for p in PHASES if p in set(ok.phase)]
+    phases += sorted(set(ok.phase) - set(PHASES))
+    sentences = []
+    for phase in phases:
+        parts = []
+        for model, rows in ok[ok.phase == phase].groupby("model", sort=True):
+            rows = rows[rows.seq_len == rows.seq_len.max()]
+            rows = rows[rows.batch == rows.batch.min()]
+            best = rows.groupby("backend").time_ms_median.min().sort_values()
+            text = (
+                f"{model} {best.index[0]} "
+                f"({best.iloc[0]:.3g} ms at T = {int(rows.seq_len.iloc[0])}, "
+                f"batch {int(rows.batch.iloc[0])}"
+            )
+            if len(best) > 1:
+                margin = best.iloc[1] / best.iloc[0]
+                text += f", {margin:.1f}x ahead of {best.index[1]}"
+            parts.append(text + ")")
+        if parts:
+            sentences.append(
+                f"Fastest {phase} backend per family at its longest length: "
+                + "; ".join(parts)
+                + "."
+            )
+    return sentences
+
+
+def _span(values: pd.Series, fmt: str = "{:.2f}") -> str:
+    """ "low-high" of ``values`` in ``fmt``, or one number when both ends print alike."""
+    low, high = fmt.format(values.min()), fmt.format(values.max())
+    return low if low == high else f"{low}-{high}"
+
+
+def _interval(row) -> str:
+    """ "2.73x (95% CI 2.61-2.85, paired)", or the point alone without an interval."""
+    text = f"{row.latency_ratio:.2f}x"
+    if pd.notna(row.latency_lo) and pd.notna(row.latency_hi):
+        source = "paired" if row.interval == "paired" else "separate cells"
+        text += f" (95% CI {row.latency_lo:.2f}-{row.latency_hi:.2f}, {source})"
+    return text
+
+
+def _precision(rows: pd.DataFrame) -> str:
+    """What the rows' compute precisions say, where the two sides' differ ("" if alike)."""
+    if "attention_compute_dtype" not in rows:
+        return ""
+    a, s = (
+        rows[c].fillna("").astype(str) for c in ("attention_compute_dtype", "ssm_compute_dtype")
+    )
+    differ = rows[(a != s) & (a != "") & (s != "")]
+    if differ.empty:
+        return ""
+    parts = sorted(
+        {
+            f"{r.ssm}: attention computes in {r.attention_compute_dtype}, "
+            f"the SSM in {r.ssm_compute_dtype}"
+            for r in differ.itertuples()
+        }
+    )
+    return " Not like for like in precision: " + "; ".join(parts) + "."
+
+
+def go_no_go_sentences(table: pd.DataFrame) -> list[str]:
+    """Per phase, at the smallest batch and the longest T where attention and at least one
+    SSM ran: attention's latency over each SSM's with its 95% interval (paired where the
+    run has paired cells), its FLOP ratio, and the answer each interval supports: the SSM
+    faster, attention faster, or inconclusive when the interval holds 1.  Then one line per
+    phase listing every length whose answer is inconclusive."""
+    sentences = []
+    for phase in [p for p in PHASES if p in set(table.phase)]:
+        rows = table[table.phase == phase]
+        rows = rows[rows.batch == rows.batch.min()]
+        rows = rows[rows.seq_len == rows.seq_len.max()]
+        backends = ", ".join(
+            sorted(
+                {
+                    f"{a} vs {s}"
+                    for a, s in zip(rows.attention_backend, rows.ssm_backend, strict=True)
+                }
+            )
+        )
+        parts = []
+        for r in rows.itertuples():
+            part = f"{r.ssm} {_interval(r)}"
+            if pd.notna(r.flop_ratio) and r.flop_ratio > 0:
+                # latency ratio over FLOP ratio: 1.00 turns the FLOP saving fully into speed
+                part += (
+                    f" for {r.flop_ratio:.2f}x the FLOPs "
+                    f"({r.latency_ratio / r.flop_ratio:.2f} of the FLOP ratio as speed)"
+                )
+            if r.answer:
+                part += f": {r.answer}"
+            parts.append(part)
+        text = (
+            f"Go/no-go, {phase} at T = {int(rows.seq_len.iloc[0])}, batch "
+            f"{int(rows.batch.iloc[0])} ({backends}): attention over each SSM, "
+            + "; ".join(parts)
+            + "."
+        )
+        sentences.append(text + _precision(rows))
+        open_points = table[(table.phase == phase) & (table.answer == "inconclusive")]
+        if not open_points.empty:
+            listed = ", ".join(
+                f"{r.ssm} at T = {int(r.seq_len)} (batch {int(r.batch)})"
+                for r in open_points.itertuples()
+            )
+            sentences.append(
+                f"Inconclusive in {phase} (the 95% interval holds 1, no answer): {listed}."
+            )
+    return sentences
+
+
+def claims_sentence(claims: pd.DataFrame) -> str:
+    if claims.empty:
+        return "No published claim was checked."
+    counts = claims.verdict.value_counts()
+    parts = [f"{int(n)} {verdict}" for verdict, n in counts.items()]
+    return f"Of {_count(len(claims), 'published claim')} checked against this run: " + (
+        ", ".join(parts) + "."
+    )
+
+
+def verdict_rst(cells: pd.DataFrame, claims: pd.DataFrame, go_no_go: pd.DataFrame) -> str:
+    """The verdict as reStructuredText: the status sentence, then a bullet per finding;
+    ``go_no_go`` is the go/no-go table (ssmbench.analysis.go_no_go_table)."""
+    points = [*go_no_go_sentences(go_no_go), *fastest_sentences(cells), claims_sentence(claims)]
+    return status_sentence(cells) + "\n\n" + "".join(f"- {p}\n" for p in points)

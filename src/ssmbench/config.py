@@ -32,9 +32,10 @@ CONFIG = REPO / "config" / "config.yaml"
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2}
 
-# Folders beside the runs under results/ and figures/ that hold other runs' data
-# (ssmbench.paths): a run of one of these names would write into them.
-RESERVED_RUNS = ("precollected", "imported")
+# Folders beside the runs under results/, figures/ and logs/ that hold other runs' data
+# or their provenance checks (ssmbench.paths): a run of one of these names would write
+# into them.
+RESERVED_RUNS = ("precollected", "imported", "provenance")
 
 # The least memory a cell's process can measure anything in: `python -c "import torch"`
 # maps 625 MiB of address space and holds 219 MiB resident (torch 2.13.0+cpu, Python

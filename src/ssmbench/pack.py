@@ -6,8 +6,10 @@ so ``scripts/gpu_check.sh`` ends with :func:`pack`.  What goes, most important f
 
 1. ``cells.csv`` (the run's cells table, also inside the archive) and the script's log;
 2. ``ssmbench-<run>.tar.gz``: the run's tables, records, verify and prewarm records,
-   device.json, operator profiles, every provenance sidecar, the job logs, then the
-   figures (PNG, then PDF and the executed notebooks);
+   device.json, operator profiles, every provenance sidecar, the run's manifest
+   (``results/<run>/MANIFEST.sha256``: every file of the run folder with its sha256,
+   traces included, written here: ``ssmbench.provenance.write_manifest``), the job logs,
+   then the figures (PNG, then PDF and the executed notebooks);
 3. ``traces-<run>.tar.gz``: the gzipped Chrome traces of the operator profiles.
 
 An archive over the size limit is cut into ``.partNN`` pieces (``cat`` them back together
@@ -18,11 +20,12 @@ left out and why; it also lists every file sent with its size and sha256.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ssmbench.provenance import sha256, write_manifest
 
 MAX_FILES = 8
 MAX_BYTES = 16 << 20
@@ -87,14 +90,6 @@ def _split(path: Path, max_bytes: int) -> list[Path]:
     return pieces
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def pack(
     dest: str | os.PathLike,
     run: str,
@@ -121,6 +116,10 @@ def pack(
             target.write_bytes(b"[... cut to its last bytes ...]\n" + data)
         packed.files.append(target)
 
+    # What the machine had, unchecked: a lease's transfer never fails on a file without a
+    # sidecar; shipping the run (results/precollected/) checks them (verify_run).
+    if (root / "results" / run).is_dir():
+        write_manifest(root / "results" / run, vouch=False)
     groups = _members(root, run)
     budget = max_files - len(packed.files) - 1  # the manifest is one
     main_groups = ["results", "logs", "figures-png", "figures-other"]
@@ -148,7 +147,7 @@ def pack(
 
     lines = [f"run {run}: {len(packed.files) + 1} files (at most {max_files})"]
     for f in packed.files:  # the copied files (the log) may still grow: no digest
-        digest = f"  sha256 {_sha256(f)}" if f.name.endswith(ARCHIVE_SUFFIXES) else ""
+        digest = f"  sha256 {sha256(f)}" if f.name.endswith(ARCHIVE_SUFFIXES) else ""
         lines.append(f"{f.name}  {f.stat().st_size} bytes{digest}")
     if any(".part" in f.name for f in packed.files):
         lines.append("pieces: cat NAME.tar.gz.part* > NAME.tar.gz, then tar xzf NAME.tar.gz")

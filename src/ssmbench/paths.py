@@ -27,7 +27,8 @@ FIGURE_TABLE = "results/{run}/tables/figures/{figure}.csv"
 FIGURE = "figures/{run}/{figure}.{ext}"
 # A shipped or imported run draws into a folder of its own, so that a live run of the same
 # name (run=cpu beside the shipped cpu run) never overwrites its figures, nor they the live
-# run's; hence no run is named precollected or imported (ssmbench.config.RESERVED_RUNS).
+# run's; hence no run is named precollected, imported or provenance
+# (ssmbench.config.RESERVED_RUNS).
 PRECOLLECTED_FIGURE = "figures/precollected/{run}/{figure}.{ext}"
 IMPORTED_FIGURE = "figures/imported/{run}/{figure}.{ext}"
 # where the figures of a run come from (the config's ``source``, or an importer) -> pattern
@@ -38,6 +39,8 @@ FIGURES_BY_ORIGIN = {
 }
 PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
 IMPORTED_TABLE = "results/imported/{run}/tables/{table}"
+# a shipped run checked against its sidecars and manifest (ssmbench.provenance.verify_run)
+VERIFIED = "results/provenance/{run}.verified.json"
 
 # The tables `aggregate` writes (docs/ARCHITECTURE.md, "The contract").
 TABLES = (
@@ -140,3 +143,8 @@ def imported_table(run: str, name: str) -> str:
 
 def precollected_table(run: str, name: str, precollected: str = PRECOLLECTED) -> str:
     return PRECOLLECTED_TABLE.format(precollected=precollected, run=run, table=name)
+
+
+def verified(run: str) -> str:
+    """The stamp saying that precollected run ``run`` matched its manifest and sidecars."""
+    return VERIFIED.format(run=run)

@@ -266,6 +266,12 @@ def planned_paired(wildcards):
     return [vars(c) for c in PLAN.paired] if PLAN.partial else []
 
 
+def shipped_files(wildcards):
+    """Every file of a precollected run, which rule verify_provenance checks."""
+    run_dir = Path(PLAN.precollected_dir, wildcards.run)
+    return sorted(str(p) for p in run_dir.rglob("*") if p.is_file())
+
+
 def figure_spec(wildcards):
     if wildcards.figure not in PLAN.figures:
         raise ValueError(

@@ -1,8 +1,27 @@
 localrules:
+    verify_provenance,
     figure_table,
     figure,
     figure_precollected,
     figure_imported,
+
+
+# A shipped run is checked before any of its figures is drawn: every file against its
+# sidecar and the run's manifest (ssmbench.provenance.verify_run); a mismatch stops the run.
+rule verify_provenance:
+    input:
+        shipped_files,
+    output:
+        stamp=paths.VERIFIED,
+        prov=paths.prov(paths.VERIFIED),
+    log:
+        "logs/precollected/{run}/verify_provenance.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        run_dir=lambda w: f"{PLAN.precollected_dir}/{w.run}",
+    script:
+        "../../scripts/verify_provenance.py"
 
 
 rule figure_table:
@@ -44,11 +63,13 @@ rule figure:
         "../../scripts/figure.py"
 
 
-# A shipped run's figure: figures/precollected/<run>/, from its own tables.
+# A shipped run's figure: figures/precollected/<run>/, from its own tables, once the run
+# has passed verify_provenance.
 use rule figure as figure_precollected with:
     input:
         table=precollected_figure_table,
         notebook="notebooks/{figure}.ipynb",
+        verified=paths.verified("{run}"),
     output:
         **figure_outputs("precollected"),
     log:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from ssmbench.figures.compute import crossovers
+from ssmbench.analysis import crossovers
 from ssmbench.figures.decode import decode_graph_speedup
 from ssmbench.figures.energy import energy_per_token
 from ssmbench.figures.latency import latency_scaling, throughput, ttft_tpot_crossover

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from ssmbench.analysis import CROSSOVER_COLUMNS, crossover_data, crossovers, steps
 from ssmbench.figures import panels as P
-from ssmbench.figures.compute import CROSSOVER_COLUMNS, crossover_data, crossovers, steps
 from ssmbench.figures.data import (
     cells_of,
     family_lines,
@@ -82,7 +82,7 @@ def ttft_tpot_crossover(
     prefill cell's median) and (b) time per output token (the decode cell's median over its
     tokens per sequence); a line per (model, backend), coloured by family, so SSM, attention
     and hybrid lines are told apart.  A star marks each T where a recurrent-family line
-    crosses an attention line (:func:`ssmbench.figures.compute.crossovers`), labelled with
+    crosses an attention line (:func:`ssmbench.analysis.crossovers`), labelled with
     the pair and T.  One batch (``batch``, else the smallest); every dtype unless ``dtype``
     says which (labels name it when several remain).  Cells that did not run are labelled
     markers at the foot of their panel.  ``phase`` is accepted for a uniform notebook

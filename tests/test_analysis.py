@@ -1,0 +1,204 @@
+"""The analysis the verdict and the figures read: the go/no-go table (paired cells first,
+intervals, answers, precision), graph speed-ups, crossovers and the verdict's sentences."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from ssmbench import analysis, figures, tables
+from tests.conftest import make_record, paired_record
+from tests.test_figures import FAMILIES, LENGTHS, graph_cells, synthetic_cells
+
+
+def go_no_go_cells(attention_ms=2.0):
+    """Separate cells of attention, mamba2 and mamba at one decode point, with samples."""
+
+    rng = np.random.default_rng(3)
+    records = []
+    for model, ms in (("attention", attention_ms), ("mamba2", 1.0), ("mamba", 1.0)):
+        samples = list(ms * (1 + 0.3 * rng.standard_normal(20)).clip(0.5))
+        records.append(
+            make_record(
+                model=model,
+                backend="torch",
+                phase="decode",
+                seq_len=256,
+                d_state=0 if model == "attention" else 16,
+                samples_ms=samples,
+                n_samples=len(samples),
+                time_ms_median=float(np.median(samples)),
+                time_ms_p95=float(np.percentile(samples, 95)),
+            )
+        )
+    return tables.cells_table(records), tables.samples_table(records)
+
+
+def test_go_no_go_reads_paired_cells_first_and_says_what_each_interval_supports():
+    cells, samples = go_no_go_cells(attention_ms=1.05)
+    paired = tables.paired_table([paired_record("mamba2", 1.6)])
+    table = analysis.go_no_go_table(cells, samples=samples, paired=paired)
+    m2 = table[table.ssm == "mamba2"].iloc[0]
+    assert m2.interval == "paired" and m2.answer == "ssm faster"
+    assert m2.latency_ratio == pytest.approx(paired.latency_ratio.iloc[0])
+    # mamba has no paired cell: the separate cells' ratio, its interval holding 1
+    m1 = table[table.ssm == "mamba"].iloc[0]
+    assert m1.interval == "separate cells" and m1.answer == "inconclusive"
+    assert m1.latency_lo < 1.0 < m1.latency_hi
+    # without samples a separate-cell ratio has no interval and no answer
+    bare = analysis.go_no_go_table(cells)
+    assert bare.interval.eq("").all() and bare.answer.eq("").all()
+
+
+def test_go_no_go_names_the_precision_of_each_side():
+    cells, samples = go_no_go_cells()
+    cells = cells.assign(compute_dtype=np.where(cells.model == "attention", "bf16", "fp32"))
+    table = analysis.go_no_go_table(cells, samples=samples)
+    assert set(table.attention_compute_dtype) == {"bf16"}
+    assert set(table.ssm_compute_dtype) == {"fp32"}
+
+
+def test_the_verdict_gives_intervals_inconclusive_points_and_precision():
+    cells, samples = go_no_go_cells(attention_ms=1.05)
+    cells = cells.assign(compute_dtype=np.where(cells.model == "attention", "bf16", "fp32"))
+    paired = tables.paired_table([paired_record("mamba2", 1.6)])
+    table = analysis.go_no_go_table(cells, samples=samples, paired=paired)
+    text = " ".join(analysis.go_no_go_sentences(table))
+    ratio = table[table.ssm == "mamba2"].iloc[0]
+    assert (
+        f"mamba2 {ratio.latency_ratio:.2f}x (95% CI {ratio.latency_lo:.2f}-"
+        f"{ratio.latency_hi:.2f}, paired)" in text
+    )
+    assert "Inconclusive in decode (the 95% interval holds 1, no answer): mamba at T = 256" in text
+    assert "Not like for like in precision: " in text
+    assert "mamba: attention computes in bf16, the SSM in fp32" in text
+
+
+def test_speedups_with_intervals_and_rows_for_graph_cells_that_did_not_run():
+
+    rng = np.random.default_rng(0)
+    records = []
+    for backend, ms in (("torch", 3.0), ("torch-graph", 1.0)):
+        s = list(ms * (1 + 0.05 * rng.standard_normal(20)))
+        records.append(
+            make_record(
+                model="mamba2",
+                backend=backend,
+                phase="decode",
+                samples_ms=s,
+                n_samples=20,
+                time_ms_median=float(np.median(s)),
+                time_ms_p95=float(np.percentile(s, 95)),
+            )
+        )
+    records.append(
+        make_record(
+            model="mamba2",
+            backend="fused-graph",
+            phase="decode",
+            status="unavailable",
+            reason="no CUDA",
+            samples_ms=[],
+            n_samples=0,
+            time_ms_median=None,
+            time_ms_p95=None,
+        )
+    )
+    cells, samples = tables.cells_table(records), tables.samples_table(records)
+    table = analysis.speedups_table(cells, samples)
+    ok = table[table.graph == "torch-graph"].iloc[0]
+    assert ok.speedup_lo < ok.speedup < ok.speedup_hi and 2.5 < ok.speedup < 3.5
+    fused = table[table.graph == "fused-graph"].iloc[0]
+    assert fused.status == "unavailable" and pd.isna(fused.speedup)
+
+
+def test_graph_speedups_pair_each_graph_cell_with_its_eager_twin():
+    cells = graph_cells()
+    speedups = analysis.graph_speedups(cells)
+    assert set(speedups.eager) == {"torch"} and set(speedups.graph) == {"torch-graph"}
+    assert len(speedups) == len(FAMILIES) * len(LENGTHS)
+    np.testing.assert_allclose(speedups.speedup, speedups.eager_ms / speedups.graph_ms)
+    assert set(speedups.speedup.round(6)) <= {2.0, 3.0, 4.0}
+
+
+def test_go_no_go_compares_the_strongest_backends_both_sides_reached():
+    cells = synthetic_cells()  # attention, mamba, s4d with naive and torch
+    fused = cells[(cells.backend == "torch") & (cells.model == "attention")]
+    cells = pd.concat([cells, fused.assign(backend="fused", time_ms_median=0.001)])
+    table = analysis.go_no_go_table(cells)
+    # attention has a fused cell but the SSMs do not: both sides are compared at torch
+    assert set(table.attention_backend) == {"torch"} and set(table.ssm_backend) == {"torch"}
+    assert set(table.ssm) == {"mamba", "s4d"}
+    row = table[(table.phase == "prefill") & (table.ssm == "mamba")].iloc[0]
+    ok = cells[(cells.status == "ok") & (cells.phase == "prefill") & (cells.seq_len == row.seq_len)]
+    a = ok[(ok.model == "attention") & (ok.backend == "torch")].iloc[0]
+    m = ok[(ok.model == "mamba") & (ok.backend == "torch")].iloc[0]
+    assert row.latency_ratio == pytest.approx(a.time_ms_median / m.time_ms_median)
+    assert row.flop_ratio == pytest.approx(a.flop / m.flop)
+    assert row.energy_ratio == pytest.approx(a.energy_j / m.energy_j)
+    fig = figures.draw("go_no_go", table)
+    assert len(fig.axes) == 3 and "backends torch" in fig.axes[0].get_title()
+    plt.close(fig)
+
+
+# The verdict's sentences: every number read off the tables
+
+
+def verdict_cell(model, backend, phase, seq_len, time_ms, flop, status="ok"):
+    return dict(
+        run="r",
+        model=model,
+        family=model,
+        backend=backend,
+        phase=phase,
+        batch=1,
+        seq_len=seq_len,
+        dtype="fp32",
+        status=status,
+        time_ms_median=time_ms,
+        flop=flop,
+        energy_j=None,
+    )
+
+
+CELLS = pd.DataFrame(
+    [
+        verdict_cell("attention", "torch", "prefill", 1024, 10.0, 8e9),
+        verdict_cell("attention", "naive", "prefill", 1024, 90.0, 8e9),
+        verdict_cell("mamba2", "torch", "prefill", 1024, 5.0, 1e9),
+        verdict_cell("s4d", "torch", "prefill", 1024, 4.0, 2e9),
+        verdict_cell(
+            "attention", "torch", "prefill", 256, 1.0, 1e9
+        ),  # shorter: not the verdict's T
+        verdict_cell("mamba2", "torch", "prefill", 256, 2.0, 1e8),
+        verdict_cell("mamba", "fused", "prefill", 1024, None, 1e9, status="unavailable"),
+    ]
+)
+
+
+def test_go_no_go_sentence_states_the_ratios_at_the_longest_shared_length():
+    (sentence,) = analysis.go_no_go_sentences(analysis.go_no_go_table(CELLS))
+    # attention / SSM: time 10/5 = 2.00 and 10/4 = 2.50; FLOPs 8 and 4; time over FLOPs
+    # 2.00/8 = 0.25 and 2.50/4 = 0.625; no samples: no interval, no answer
+    assert sentence.startswith(
+        "Go/no-go, prefill at T = 1024, batch 1 (torch vs torch): attention over each SSM"
+    )
+    assert "mamba2 2.00x for 8.00x the FLOPs (0.25 of the FLOP ratio as speed)" in sentence
+    assert "s4d 2.50x for 4.00x the FLOPs (0.62 of the FLOP ratio as speed)" in sentence
+    assert "CI" not in sentence and "faster" not in sentence
+
+
+def test_verdict_lists_status_go_no_go_fastest_backends_and_claims():
+    claims = pd.DataFrame({"verdict": ["not comparable here", "reproduced", "reproduced"]})
+    text = analysis.verdict_rst(CELLS, claims, analysis.go_no_go_table(CELLS))
+    first, rest = text.split("\n\n", 1)
+    assert first == "Run r planned 7 cells: 6 ok, 1 unavailable, 0 failed."
+    points = rest.splitlines()
+    assert all(p.startswith("- ") for p in points) and len(points) == 3
+    assert "attention torch (10 ms at T = 1024, batch 1, 9.0x ahead of naive)" in points[1]
+    assert (
+        points[2]
+        == "- Of 3 published claims checked against this run: 2 reproduced, 1 not comparable here."
+    )
