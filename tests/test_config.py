@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 
@@ -56,27 +57,13 @@ def test_profile_and_timing_keys():
     assert plan.calibrate_quick and plan.cpu_mem_limit_gb == 16
     assert plan.timing.timeout_s == 60 and plan.timing.target_spread == 0.0
     assert plan.figure_cells("op_breakdown") == sorted(plan.profiled)
-    for sweep in c["presets"]["ci"]["sweeps"]:
-        sweep.pop("profile", None)
-    with pytest.raises(sbconfig.ConfigError, match="figures.op_breakdown: no cell with profile"):
-        sbconfig.plan(c)
 
 
-def test_timeout_shorter_than_the_sampling_minimum_is_refused():
-    c = cfg(preset="ci")
-    c["presets"]["ci"]["timing"].update(min_time_s=5.0, timeout_s=1.0)
-    with pytest.raises(sbconfig.ConfigError, match="timing.timeout_s: 1.0 is less than"):
-        sbconfig.plan(c)
-
-
-def test_host_allocator_defaults_to_retain_and_is_checked():
+def test_host_allocator_defaults_to_retain():
     c = cfg(preset="ci")
     assert sbconfig.plan(c).timing.host_allocator == "retain"
     c["presets"]["ci"]["timing"]["host_allocator"] = "system"
     assert sbconfig.plan(c).timing.host_allocator == "system"
-    c["presets"]["ci"]["timing"]["host_allocator"] = "jemalloc"
-    with pytest.raises(sbconfig.ConfigError, match="jemalloc"):
-        sbconfig.plan(c)
 
 
 def test_auto_picks_the_cuda_preset_when_cuda_and_run_override():
@@ -84,155 +71,39 @@ def test_auto_picks_the_cuda_preset_when_cuda_and_run_override():
     assert sbconfig.plan(cfg(preset="ci", run="mine")).run == "mine"
 
 
+def test_every_shipped_preset_passes_every_check():
+    """The checks refuse what cannot run (tests/test_bad_input.py), not a preset we ship:
+    each plans, its paired timing merged over its own, its caps above the floors."""
+    for name, preset in BASE["presets"].items():
+        plan = sbconfig.plan(cfg(preset=name), cuda=False)
+        assert plan.run == name and plan.mem_mb >= sbconfig.MIN_MEM_MB
+        assert preset.get("cpu_mem_limit_gb", math.inf) >= sbconfig.MIN_CPU_MEM_LIMIT_GB
+        assert plan.paired_timing is None or (
+            plan.paired_timing.min_time_s <= plan.paired_timing.max_time_s
+        )
+
+
+def dry_run_figures(workdir, *config: str) -> set[str]:
+    """The figure files a dry run of ``--config *config`` would write."""
+    out = snakemake(workdir, "-n", "--config", *config)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return {word.strip(",") for word in out.stdout.split() if word.startswith("figures/")}
+
+
+def test_live_and_shipped_runs_of_one_name_draw_into_different_folders(workflow_copy):
+    """run=cpu measured here and the shipped cpu run: figures/cpu/ and
+    figures/precollected/cpu/, each asked for by its own config, never one file."""
+    live = dry_run_figures(workflow_copy, "preset=ci", "run=cpu")
+    shipped = dry_run_figures(workflow_copy, "source=precollected")
+    assert "figures/cpu/roofline.pdf" in live and not live & shipped
+    assert "figures/precollected/cpu/roofline.pdf" in shipped
+    assert {f.split("/")[1] for f in shipped} == {"precollected"}
+
+
 def test_attention_cells_use_the_n0_placeholder():
     plan = sbconfig.plan(cfg(preset="ci"))
     assert {c.d_state for c in plan.cells if c.model in ("attention", "deltanet")} == {0}
     assert {c.d_state for c in plan.cells if c.model not in ("attention", "deltanet")} == {4}
-
-
-def _bad_unknown_preset():
-    return cfg(preset="tpu"), ["preset", "'tpu'"]
-
-
-def _bad_unknown_model():
-    c = cfg()
-    sweep_of(c)["models"] = ["mamba", "rwkv"]
-    return c, ["presets.cpu.sweeps[0].models[1]", "'rwkv'"]
-
-
-def _bad_unknown_backend():
-    c = cfg()
-    sweep_of(c)["backends"] = ["cuda-magic"]
-    return c, ["presets.cpu.sweeps[0].backends[0]", "'cuda-magic'"]
-
-
-def _bad_unknown_dtype():
-    c = cfg()
-    sweep_of(c)["dtype"] = ["fp8"]
-    return c, ["presets.cpu.sweeps[0].dtype[0]", "'fp8'"]
-
-
-def _bad_negative_length():
-    c = cfg()
-    sweep_of(c)["seq_len"] = [256, -4]
-    return c, ["presets.cpu.sweeps[0].seq_len[1]", "-4"]
-
-
-def _bad_zero_length():
-    c = cfg()
-    sweep_of(c)["seq_len"] = [0]
-    return c, ["presets.cpu.sweeps[0].seq_len[0]", "0"]
-
-
-def _bad_empty_sweep_axis():
-    c = cfg()
-    sweep_of(c)["batch"] = []
-    return c, ["presets.cpu.sweeps[0].batch", "[]"]
-
-
-def _bad_no_sweeps():
-    c = cfg()
-    c["presets"]["cpu"]["sweeps"] = []
-    return c, ["presets.cpu.sweeps", "[]"]
-
-
-def _bad_figure_needs_missing_backend():
-    c = cfg()
-    for sweep in c["presets"]["cpu"]["sweeps"]:
-        sweep["backends"] = ["torch"]
-    c["figures"]["latency_scaling"] = {"phase": "prefill", "backends": ["naive"]}
-    return c, ["figures.latency_scaling.backends", "'naive'"]
-
-
-def _bad_figure_needs_missing_model():
-    c = cfg(preset="ci")
-    for sweep in c["presets"]["ci"]["sweeps"]:
-        sweep["models"] = ["attention"]
-    c["figures"]["latency_scaling"] = {"models": ["mamba"]}
-    return c, ["figures.latency_scaling.models", "'mamba'", "'ci'"]
-
-
-def _bad_unknown_figure():
-    c = cfg()
-    c["figures"]["pretty_picture"] = {}
-    return c, ["figures", "'pretty_picture'"]
-
-
-def _bad_unknown_key():
-    return cfg(prest="cpu"), ["<top level>", "'prest'"]
-
-
-def _bad_source():
-    return cfg(source="cloud"), ["source", "'cloud'"]
-
-
-def _bad_timing():
-    c = cfg()
-    c["presets"]["cpu"]["timing"]["max_samples"] = 2
-    return c, ["presets.cpu.timing.max_samples", "2", "min_samples=10"]
-
-
-def _bad_size():
-    c = cfg()
-    c["presets"]["cpu"]["size"]["n_layers"] = 0
-    return c, ["presets.cpu.size.n_layers", "0"]
-
-
-def _bad_run_name():
-    return cfg(run="../escape"), ["run", "'../escape'"]
-
-
-BAD = [
-    _bad_unknown_preset,
-    _bad_unknown_model,
-    _bad_unknown_backend,
-    _bad_unknown_dtype,
-    _bad_negative_length,
-    _bad_zero_length,
-    _bad_empty_sweep_axis,
-    _bad_no_sweeps,
-    _bad_figure_needs_missing_backend,
-    _bad_figure_needs_missing_model,
-    _bad_unknown_figure,
-    _bad_unknown_key,
-    _bad_source,
-    _bad_timing,
-    _bad_size,
-    _bad_run_name,
-]
-
-
-@pytest.mark.parametrize("make", BAD, ids=[f.__name__[5:] for f in BAD])
-def test_bad_config_names_key_and_value(make):
-    config, expected = make()
-    with pytest.raises(sbconfig.ConfigError) as info:
-        sbconfig.plan(config, cuda=False)
-    for text in expected:
-        assert text in str(info.value)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "args, expected",
-    [
-        (["--config", "preset=tpu"], "config key preset: unknown value 'tpu'"),
-        (["--config", "preset=ci", "run=a/b"], "config key run"),
-        (["--config", "source=cloud"], "config key source: 'cloud'"),
-    ],
-    ids=["unknown-preset", "bad-run", "bad-source"],
-)
-def test_workflow_refuses_bad_config_and_writes_nothing(workflow_copy, args, expected):
-    before = sorted(p.relative_to(workflow_copy) for p in workflow_copy.rglob("*"))
-    out = snakemake(workflow_copy, *args)
-    assert out.returncode != 0
-    assert expected in out.stderr
-    after = sorted(
-        p.relative_to(workflow_copy)
-        for p in workflow_copy.rglob("*")
-        if ".snakemake" not in p.parts
-    )
-    assert after == before
-    assert not (workflow_copy / "results" / "cpu").exists()
 
 
 def test_a_sweeps_random_cache_applies_to_its_decode_cells_only():
@@ -245,10 +116,6 @@ def test_a_sweeps_random_cache_applies_to_its_decode_cells_only():
     assert {plan.cache_source(x) for x in plan.cells if x.phase != "decode"} == {"prefill"}
     h200 = sbconfig.plan(cfg(preset="h200"))
     assert {x.seq_len for x in h200.random_cache} == {65536, 131072}
-    bad = cfg(preset="ci")
-    bad["presets"]["ci"]["sweeps"][1]["cache"] = "zeros"
-    with pytest.raises(sbconfig.ConfigError, match="cache"):
-        sbconfig.plan(bad)
 
 
 @pytest.mark.parametrize(

@@ -245,7 +245,7 @@ def test_precollected_figures_wait_for_the_check_and_record_the_manifest(workflo
     assert not (workflow_copy / "figures").exists()  # nothing drawn
 
     table.write_bytes(saved)
-    figure = paths.figure("cpu", "roofline", "png")
+    figure = paths.figure("cpu", "roofline", "png", "precollected")
     out = snakemake(workflow_copy, figure, "--config", "source=precollected")
     assert out.returncode == 0, out.stderr[-3000:]
     prov = json.loads((workflow_copy / paths.prov(figure)).read_text())

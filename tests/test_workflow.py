@@ -123,9 +123,12 @@ def test_artifact_evaluation_without_torch(ci_run, tmp_path):
     for run in runs:
         for figure in CI.figures:
             for ext in ("pdf", "png", "ipynb"):
-                assert (wf / "figures" / run / f"{figure}.{ext}").is_file(), (run, figure)
+                path = wf / "figures" / "precollected" / run / f"{figure}.{ext}"
+                assert path.is_file(), (run, figure)
     assert outputs_without_sidecar(wf / "figures") == []
-    assert not (wf / "results" / "ci").exists()  # nothing measured
+    # nothing measured, and no figure drawn where a live run of the same name would draw
+    assert not (wf / "results" / "ci").exists()
+    assert sorted(p.name for p in (wf / "figures").iterdir()) == ["precollected"]
 
 
 def test_the_lease_script_collects_a_finished_run_and_prints_its_summary(ci_run, tmp_path):
@@ -187,7 +190,7 @@ def test_ssm_scope_data_draws_through_our_notebooks(tmp_path):
     if not clone.is_dir():
         pytest.skip(f"no SSM-Scope clone at {clone} (set SSM_SCOPE_DIR)")
     wf = copy_workflow(tmp_path / "wf", precollected=False)
-    target = "figures/ssm-scope-rtx4090/ttft_tpot_crossover.pdf"
+    target = "figures/imported/ssm-scope-rtx4090/ttft_tpot_crossover.pdf"
     check(snakemake(wf, target, "--config", f"import_ssm_scope={clone}"))
     assert (wf / target).stat().st_size > 1000 and (wf / f"{target}.prov.json").is_file()
     cells = pd.read_csv(wf / "results/imported/ssm-scope-rtx4090/tables/cells.csv")

@@ -8,6 +8,7 @@ This module imports no torch: the workflow parses it on machines without one.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,18 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 CONFIG = REPO / "config" / "config.yaml"
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2}
+
+# Folders beside the runs under results/, figures/ and logs/ that hold other runs' data
+# or their provenance checks (ssmbench.paths): a run of one of these names would write
+# into them.
+RESERVED_RUNS = ("precollected", "imported", "provenance")
+
+# The least memory a cell's process can measure anything in: `python -c "import torch"`
+# maps 625 MiB of address space and holds 219 MiB resident (torch 2.13.0+cpu, Python
+# 3.11, x86-64), and under an RLIMIT_AS of 0.5 GiB the import fails or hangs.  A cap
+# below these is refused: it would not make a run of oom cells, it would make no run.
+MIN_CPU_MEM_LIMIT_GB = 1.0  # RLIMIT_AS of a CPU cell (ssmbench.cell.cap_address_space)
+MIN_MEM_MB = 256  # Snakemake's mem_mb of a job: the resident set above, rounded up
 
 
 def paired_attention(cell: Cell) -> Cell:
@@ -275,21 +288,60 @@ def load(path: str | os.PathLike = CONFIG, overrides: dict | None = None) -> dic
     return config
 
 
-def _where(error: jsonschema.ValidationError) -> str:
+def _key(path) -> str:
+    """``presets.cpu.sweeps[0].seq_len[1]``: the config key at ``path`` (keys and indices)."""
     where = ""
-    for part in error.absolute_path:
+    for part in path:
         where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
     return where or "<top level>"
 
 
+def _strict_integer(checker, instance) -> bool:
+    """JSON Schema counts 32.0 as an integer; we do not: a length, a count or a seed
+    written as a float (``seq_len: [32.0]``, ``--config seed=1e3``) would name a record
+    ``t32.0`` or reach torch as a float.  It is refused, not rounded."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+)
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    """The schema's message, with why a ``oneOf`` failed and what to write for 32.0."""
+    if error.context:  # oneOf: what each alternative of the value's own type objects to
+        reasons = [e for e in error.context if e.validator != "type"] or error.context
+        return "; ".join(_message(e) for e in reasons)
+    if error.validator == "type" and isinstance(error.instance, float):
+        if error.instance.is_integer():
+            return f"{error.message} (an integer is meant: write {int(error.instance)})"
+    return error.message
+
+
+def _not_finite(node, path=()) -> list[str]:
+    """The keys under ``node`` whose value is NaN or infinite (YAML's .nan, .inf): the
+    schema's bounds let them through (every comparison with NaN is false)."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return [f"  config key {_key(path)}: {node} is not a finite number"]
+    if isinstance(node, dict):
+        return [e for k, v in node.items() for e in _not_finite(v, (*path, k))]
+    if isinstance(node, list):
+        return [e for i, v in enumerate(node) for e in _not_finite(v, (*path, i))]
+    return []
+
+
 def validate(config: dict) -> None:
-    """Check ``config`` against the JSON schema; raise :class:`ConfigError` naming each bad key."""
+    """Check ``config`` against the JSON schema (integers strictly, every number finite);
+    raise :class:`ConfigError` naming each bad key and its value."""
     with open(SCHEMA) as f:
         schema = yaml.safe_load(f)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        lines = [f"  config key {_where(e)}: {e.message}" for e in errors]
+    lines = [f"  config key {_key(e.absolute_path)}: {_message(e)}" for e in errors]
+    lines += _not_finite(config)
+    if lines:
         raise ConfigError("invalid config:\n" + "\n".join(lines))
 
 
@@ -350,21 +402,13 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         raise ConfigError(f"config key preset: unknown value {name!r}; known: {sorted(presets)}")
     preset = presets[name]
     t = preset["timing"]
-    if t["max_samples"] < t["min_samples"]:
-        raise ConfigError(
-            f"config key presets.{name}.timing.max_samples: {t['max_samples']} is less than "
-            f"min_samples={t['min_samples']}"
-        )
+    _check_timing(t, lambda key: f"presets.{name}.timing.{key}")
+    _check_memory(name, preset)
 
     cells = sorted({c for sweep in preset["sweeps"] for c in expand_sweep(sweep)})
     profiled = frozenset(
         c for sweep in preset["sweeps"] if sweep.get("profile") for c in expand_sweep(sweep)
     )
-    if t.get("timeout_s") is not None and t["timeout_s"] < t["min_time_s"]:
-        raise ConfigError(
-            f"config key presets.{name}.timing.timeout_s: {t['timeout_s']} is less than "
-            f"min_time_s={t['min_time_s']}"
-        )
     random_cache = frozenset(
         c
         for sweep in preset["sweeps"]
@@ -403,10 +447,16 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     if source == "live":
         for spec in figures.values():
             _check_figure(name, spec, sorted(profiled) if spec.table == "ops" else cells)
+    precollected_dir = config.get("precollected_dir", "results/precollected")
+    if source == "precollected" and not precollected_runs(precollected_dir):
+        raise ConfigError(
+            f"config key precollected_dir: no run in {precollected_dir!r} (a run is a "
+            "folder with tables/cells.csv) for source=precollected to draw"
+        )
 
     return Plan(
         preset=name,
-        run=config.get("run") or preset.get("run") or name,
+        run=_run_name(config, name, preset),
         device=preset["device"],
         size=Size(**preset["size"]),
         timing=Timing(**t),
@@ -418,8 +468,8 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         cpu_mem_limit_gb=preset.get("cpu_mem_limit_gb"),
         profiled=profiled,
         calibrate_quick=preset.get("calibrate_quick", False),
-        import_ssm_scope=config.get("import_ssm_scope"),
-        precollected_dir=config.get("precollected_dir", "results/precollected"),
+        import_ssm_scope=_ssm_scope_clone(config.get("import_ssm_scope")),
+        precollected_dir=precollected_dir,
         pairs=tuple(sorted(verified)),
         random_cache=random_cache,
         headline=headline,
@@ -445,13 +495,76 @@ def _paired(name: str, preset: dict) -> tuple[tuple[Cell, ...], Timing | None]:
             )
         if sweep.get("profile"):
             raise ConfigError(f"{where}.profile: a paired cell is not profiled")
-    timing = {**preset["timing"], **spec.get("timing", {})}
-    if timing["max_samples"] < timing["min_samples"]:
-        raise ConfigError(
-            f"config key presets.{name}.paired.timing.max_samples: {timing['max_samples']} "
-            f"is less than min_samples={timing['min_samples']}"
-        )
+    overrides = spec.get("timing", {})
+    timing = {**preset["timing"], **overrides}
+    # a bound is named where it was set: the paired override, or the preset it inherits
+    _check_timing(
+        timing,
+        lambda key: f"presets.{name}.{'paired.' if key in overrides else ''}timing.{key}",
+    )
     return tuple(cells), Timing(**timing)
+
+
+def _check_timing(timing: dict, key) -> None:
+    """Each upper bound of a sampling budget is at least its lower bound: max_samples >=
+    min_samples, max_time_s >= min_time_s, timeout_s >= min_time_s.  ``key(field)`` is the
+    config key of ``field``, for the message."""
+    bounds = [("max_samples", "min_samples"), ("max_time_s", "min_time_s")]
+    if timing.get("timeout_s") is not None:
+        bounds.append(("timeout_s", "min_time_s"))
+    for upper, lower in bounds:
+        if timing[upper] < timing[lower]:
+            raise ConfigError(
+                f"config key {key(upper)}: {timing[upper]} is less than "
+                f"{lower}={timing[lower]} ({key(lower)})"
+            )
+
+
+def _check_memory(name: str, preset: dict) -> None:
+    """The preset's memory caps leave room for Python and torch (MIN_MEM_MB,
+    MIN_CPU_MEM_LIMIT_GB)."""
+    floors = {
+        "mem_mb": (MIN_MEM_MB, "MB", "MIN_MEM_MB"),
+        "cpu_mem_limit_gb": (MIN_CPU_MEM_LIMIT_GB, "GiB", "MIN_CPU_MEM_LIMIT_GB"),
+    }
+    for key, (floor, unit, constant) in floors.items():
+        value = preset.get(key)
+        if value is not None and value < floor:
+            raise ConfigError(
+                f"config key presets.{name}.{key}: {value} {unit} is below the {floor} {unit} "
+                f"that a Python process with torch needs to start (ssmbench.config.{constant})"
+            )
+
+
+def _run_name(config: dict, preset_name: str, preset: dict) -> str:
+    """The run's name: config key ``run``, else the preset's ``run``, else the preset's
+    name; none of RESERVED_RUNS, whose folders hold other runs (the schema bounds its
+    characters and length)."""
+    if config.get("run"):
+        key, run = "run", config["run"]
+    elif preset.get("run"):
+        key, run = f"presets.{preset_name}.run", preset["run"]
+    else:
+        key, run = "preset", preset_name
+    if run.lower() in RESERVED_RUNS:
+        raise ConfigError(
+            f"config key {key}: run name {run!r} is reserved: results/{run}/ and "
+            f"figures/{run}/ hold other runs' data (reserved: {', '.join(RESERVED_RUNS)})"
+        )
+    return run
+
+
+def _ssm_scope_clone(path: str | None) -> str | None:
+    """Config key ``import_ssm_scope``: None, or a folder that exists (a clone of
+    sapmitra/SSM-Scope), relative to the working directory."""
+    if path is None:
+        return None
+    if not path or not Path(path).is_dir():
+        raise ConfigError(
+            f"config key import_ssm_scope: {path!r} is not a folder (a clone of "
+            "sapmitra/SSM-Scope is meant)"
+        )
+    return path
 
 
 def _stop_reason(partial: bool | str) -> str:

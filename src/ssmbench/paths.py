@@ -25,6 +25,18 @@ CACHE = ".cache/{run}/{name}"
 TABLE = "results/{run}/tables/{table}"
 FIGURE_TABLE = "results/{run}/tables/figures/{figure}.csv"
 FIGURE = "figures/{run}/{figure}.{ext}"
+# A shipped or imported run draws into a folder of its own, so that a live run of the same
+# name (run=cpu beside the shipped cpu run) never overwrites its figures, nor they the live
+# run's; hence no run is named precollected, imported or provenance
+# (ssmbench.config.RESERVED_RUNS).
+PRECOLLECTED_FIGURE = "figures/precollected/{run}/{figure}.{ext}"
+IMPORTED_FIGURE = "figures/imported/{run}/{figure}.{ext}"
+# where the figures of a run come from (the config's ``source``, or an importer) -> pattern
+FIGURES_BY_ORIGIN = {
+    "live": FIGURE,
+    "precollected": PRECOLLECTED_FIGURE,
+    "imported": IMPORTED_FIGURE,
+}
 PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
 IMPORTED_TABLE = "results/imported/{run}/tables/{table}"
 # a shipped run checked against its sidecars and manifest (ssmbench.provenance.verify_run)
@@ -118,8 +130,10 @@ def figure_table(run: str, figure: str) -> str:
     return FIGURE_TABLE.format(run=run, figure=figure)
 
 
-def figure(run: str, name: str, ext: str = "pdf") -> str:
-    return FIGURE.format(run=run, figure=name, ext=ext)
+def figure(run: str, name: str, ext: str = "pdf", origin: str = "live") -> str:
+    """A figure of ``run``, whose tables are ``origin``'s: "live" (measured here),
+    "precollected" (shipped) or "imported" (another study's)."""
+    return FIGURES_BY_ORIGIN[origin].format(run=run, figure=name, ext=ext)
 
 
 def imported_table(run: str, name: str) -> str:

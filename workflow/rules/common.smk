@@ -272,14 +272,6 @@ def shipped_files(wildcards):
     return sorted(str(p) for p in run_dir.rglob("*") if p.is_file())
 
 
-def precollected_verified(wildcards):
-    """The stamp of a precollected run's provenance check, which its figures wait for;
-    nothing for a live or imported run."""
-    if LIVE or wildcards.run in IMPORTED_RUNS:
-        return []
-    return paths.verified(wildcards.run)
-
-
 def figure_spec(wildcards):
     if wildcards.figure not in PLAN.figures:
         raise ValueError(
@@ -299,15 +291,26 @@ def figure_cells(wildcards):
 
 
 def figure_table(wildcards):
-    if wildcards.run in IMPORTED_RUNS:
-        return paths.imported_table(
-            wildcards.run, f"{figure_spec(wildcards).table}.csv"
-        )
-    if LIVE:
-        live_run(wildcards.run)
-        return paths.figure_table(wildcards.run, wildcards.figure)
+    """The table a live run's figure draws (rule figure_table makes it)."""
+    live_run(wildcards.run)
+    return paths.figure_table(wildcards.run, wildcards.figure)
+
+
+def precollected_figure_table(wildcards):
+    """The table a shipped run's figure draws: one of its own, under precollected_dir."""
     name = f"{figure_spec(wildcards).table}.csv"
     return paths.precollected_table(wildcards.run, name, PLAN.precollected_dir)
+
+
+def imported_figure_table(wildcards):
+    """The table an imported run's figure draws (rule import_ssm_scope writes it)."""
+    if wildcards.run not in IMPORTED_RUNS:
+        raise ValueError(
+            f"run {wildcards.run!r} is not imported; import_ssm_scope=<clone> imports "
+            "ssm-scope-rtx4090 and ssm-scope-jetson"
+        )
+    name = f"{figure_spec(wildcards).table}.csv"
+    return paths.imported_table(wildcards.run, name)
 
 
 def figure_kind(wildcards):
@@ -323,23 +326,48 @@ def figure_filters(wildcards):
     }
 
 
+def figure_outputs(origin):
+    """The figure rule's outputs for a run of ``origin`` (paths.FIGURES_BY_ORIGIN): the
+    PDF, the PNG (in the report), the executed notebook and their sidecars."""
+    # Snakemake resolves the caption against the rule's file, workflow/rules/figures.smk
+    path = lambda ext: paths.figure("{run}", "{figure}", ext, origin)
+    return dict(
+        pdf=path("pdf"),
+        png=report(
+            path("png"),
+            caption="../report/figure.rst",
+            category="figures",
+            subcategory="{run}",
+            labels={"figure": "{figure}"},
+        ),
+        ipynb=path("ipynb"),
+        prov=[paths.prov(path(ext)) for ext in paths.FIGURE_EXTS],
+    )
+
+
 def with_prov(files):
     return [f for path in files for f in (path, paths.prov(path))]
 
 
+def figures_of(run, figures, origin):
+    """Every file of ``figures`` of ``run``, drawn from ``origin``'s tables (paths.figure)."""
+    return [
+        paths.figure(run, fig, ext, origin)
+        for fig in figures
+        for ext in paths.FIGURE_EXTS
+    ]
+
+
 def all_targets():
-    runs = [RUN] if LIVE else precollected_runs(PLAN.precollected_dir)
-    if not runs:
-        sys.exit(
-            f"ssm-bench: source=precollected but no run in {PLAN.precollected_dir}/"
-        )
+    """The live run's tables and figures, or with source=precollected every shipped run's
+    figures (each in figures/precollected/<run>/), and any imported run's."""
     targets = []
     if LIVE:
         targets += [paths.table(RUN, name) for name in paths.TABLES]
-    for run in runs:
-        for fig in PLAN.figures:
-            targets += [paths.figure(run, fig, ext) for ext in paths.FIGURE_EXTS]
+        targets += figures_of(RUN, PLAN.figures, "live")
+    else:  # plan() refuses a precollected_dir without a run
+        for run in precollected_runs(PLAN.precollected_dir):
+            targets += figures_of(run, PLAN.figures, "precollected")
     for run in IMPORTED_RUNS:
-        for fig in IMPORTED_FIGURES:
-            targets += [paths.figure(run, fig, ext) for ext in paths.FIGURE_EXTS]
+        targets += figures_of(run, IMPORTED_FIGURES, "imported")
     return with_prov(targets)

@@ -2,6 +2,8 @@ localrules:
     verify_provenance,
     figure_table,
     figure,
+    figure_precollected,
+    figure_imported,
 
 
 # A shipped run is checked before any of its figures is drawn: every file against its
@@ -13,7 +15,7 @@ rule verify_provenance:
         stamp=paths.VERIFIED,
         prov=paths.prov(paths.VERIFIED),
     log:
-        "logs/{run}/verify_provenance.log",
+        "logs/precollected/{run}/verify_provenance.log",
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -38,24 +40,13 @@ rule figure_table:
         "../../scripts/figure_table.py"
 
 
+# A live run's figure: figures/<run>/, from the table rule figure_table makes.
 rule figure:
     input:
         table=figure_table,
         notebook="notebooks/{figure}.ipynb",
-        verified=precollected_verified,
     output:
-        pdf=paths.figure("{run}", "{figure}", "pdf"),
-        png=report(
-            paths.figure("{run}", "{figure}", "png"),
-            caption="../report/figure.rst",
-            category="figures",
-            subcategory="{run}",
-            labels={"figure": "{figure}"},
-        ),
-        ipynb=paths.figure("{run}", "{figure}", "ipynb"),
-        prov=[
-            paths.prov(paths.figure("{run}", "{figure}", e)) for e in paths.FIGURE_EXTS
-        ],
+        **figure_outputs("live"),
     log:
         "logs/{run}/figure/{figure}.log",
     conda:
@@ -70,3 +61,27 @@ rule figure:
         ).read_text(),
     script:
         "../../scripts/figure.py"
+
+
+# A shipped run's figure: figures/precollected/<run>/, from its own tables, once the run
+# has passed verify_provenance.
+use rule figure as figure_precollected with:
+    input:
+        table=precollected_figure_table,
+        notebook="notebooks/{figure}.ipynb",
+        verified=paths.verified("{run}"),
+    output:
+        **figure_outputs("precollected"),
+    log:
+        "logs/precollected/{run}/figure/{figure}.log",
+
+
+# An imported run's figure: figures/imported/<run>/, from the tables the import wrote.
+use rule figure as figure_imported with:
+    input:
+        table=imported_figure_table,
+        notebook="notebooks/{figure}.ipynb",
+    output:
+        **figure_outputs("imported"),
+    log:
+        "logs/imported/{run}/figure/{figure}.log",
