@@ -21,6 +21,26 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/import.smk"
 
 
+# One run at a time in this checkout (ssmbench.runlock): taken when a real run starts,
+# released when it ends; a second run is refused, naming the first.
+from ssmbench import runlock  # noqa: E402  (src/ is on sys.path: common.smk)
+
+if workflow.is_main_process:
+    runlock.note_if_held()
+
+
+onstart:
+    runlock.take_or_exit(RUN)
+
+
+onsuccess:
+    runlock.release()
+
+
+onerror:
+    runlock.release()
+
+
 rule all:
     default_target: True
     input:
