@@ -1,16 +1,20 @@
 """Planning stays linear in the cells: the input functions Snakemake calls once or more
 per job look cells up in sets built once on the Plan (scripts/bench_planning.py times it;
-these tests count instead of timing)."""
+these tests count instead of timing).  And a run says how far it has come
+(ssmbench.progress)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from ssmbench import config
-from ssmbench.budget import jobs
+from ssmbench import config, progress
+from ssmbench.budget import cell_seconds, costs_for, jobs, paired_seconds
+from tests.conftest import snakemake
 
 CI = config.plan(config.load(overrides={"preset": "ci"}))
 
@@ -83,3 +87,63 @@ def test_the_budget_plan_puts_the_headline_pairs_first():
     verify = [j.name for j in jobs(lease) if j.rule == "verify"]
     headline = {f"{m}/{b}" for m, b in lease.headline_pairs}
     assert headline and set(verify[: len(headline)]) == headline
+
+
+# --- progress (ssmbench.progress) ---
+
+
+def _written(path, at: float) -> str:
+    path.write_text("{}")
+    os.utime(path, (at, at))
+    return str(path)
+
+
+def test_progress_counts_outputs_written_since_the_start_and_scales_by_the_pace(tmp_path):
+    started = 1_000_000.0
+    tracked = [
+        progress.Tracked("bench", (_written(tmp_path / "a", started + 50),), 10.0),
+        progress.Tracked("bench", (str(tmp_path / "b"),), 15.0),  # not written yet
+        progress.Tracked("paired", (_written(tmp_path / "c", started - 5),), 5.0),  # stale
+        progress.Tracked("aggregate", (str(tmp_path / "d"),), 0.0),
+    ]
+    done, line = progress.report(tracked, started, now=started + 100)
+    # 10 s of estimate took 100 s: the 20 s left are about 200 s at this pace
+    assert done == 1
+    assert line == "ssm-bench: 1/3 cells done (1/4 jobs), about 3 min left"
+    for name in "bcd":
+        _written(tmp_path / name, started + 120)
+    assert progress.report(tracked, started, now=started + 130) == (
+        4,
+        "ssm-bench: 3/3 cells done (4/4 jobs)",
+    )
+
+
+def test_progress_prices_each_job_by_the_cost_model():
+    w = SimpleNamespace(model="mamba2", backend="torch", phase="prefill", batch="1",
+                        seq_len="32", d_state="4", dtype="fp32")  # fmt: skip
+    jobs_ = [
+        SimpleNamespace(rule=SimpleNamespace(name="bench"), output=["r.json"], wildcards=w),
+        SimpleNamespace(rule=SimpleNamespace(name="paired"), output=["p.json"], wildcards=w),
+        SimpleNamespace(rule=SimpleNamespace(name="all"), output=[], wildcards=w),
+    ]
+    tracked = progress.tracked_jobs(CI, jobs_)
+    costs = costs_for("cpu")
+    cell = config.Cell("mamba2", "torch", "prefill", 1, 32, 4, "fp32")
+    assert [t.rule for t in tracked] == ["bench", "paired"]  # `all` writes nothing
+    assert tracked[0].estimate_s == cell_seconds(CI, cell, costs)
+    assert tracked[1].estimate_s == paired_seconds(CI, costs)
+
+
+@pytest.mark.slow  # two cells and their verification: 15-40 s
+def test_a_run_prints_its_cells_done_and_time_left(workflow_copy):
+    cells = [
+        "results/ci/cells/mamba2/torch/prefill/b1-t32-n4-fp32.json",
+        "results/ci/cells/attention/torch/prefill/b1-t32-n0-fp32.json",
+    ]
+    out = snakemake(workflow_copy, *cells, "--config", "preset=ci",
+                    env={"SSMBENCH_PROGRESS_EVERY_S": "0"})  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line for line in out.stderr.splitlines() if line.startswith("ssm-bench: ")]
+    assert lines[0].startswith("ssm-bench: 2 cells to measure (5 jobs), about ")
+    assert any(" left" in line and "/2 cells done" in line for line in lines[1:])
+    assert lines[-1] == "ssm-bench: 2/2 cells done (5/5 jobs)"
