@@ -21,6 +21,30 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/import.smk"
 
 
+# One run at a time in this checkout (ssmbench.runlock): taken when a real run starts,
+# released when it ends; a second run is refused, naming the first.  While it runs, the
+# cells done and the time left (ssmbench.progress).
+from ssmbench import progress, runlock  # noqa: E402  (src/ is on sys.path: common.smk)
+
+if workflow.is_main_process:
+    runlock.note_if_held()
+
+
+onstart:
+    runlock.take_or_exit(RUN)
+    progress.watch(PLAN, workflow.dag.needrun_jobs())
+
+
+onsuccess:
+    progress.stop()
+    runlock.release()
+
+
+onerror:
+    progress.stop()
+    runlock.release()
+
+
 rule all:
     default_target: True
     input:

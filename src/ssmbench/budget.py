@@ -22,7 +22,7 @@ One job costs (:class:`Costs`, seconds):
   samples (the sampler stops there whatever the spread), the energy window where the
   samples take less than it (ssmbench.measure.energy), ``compile_s`` for a compile cell.
   This is an upper bound where a preset lets the sampler stop early (``min_time_s`` below
-  ``max_time_s``): a whole ci run took 266 s here against 376 s estimated; the lease
+  ``max_time_s``): a whole ci run took 266 s on the idle VM against 394 s estimated; the lease
   preset samples for exactly its ``max_time_s``;
 - a profile job: ``build_s`` and ``profile_s`` (warm-up, three profiled calls, the trace);
 - ``aggregate_s`` once, and ``figure_s`` per figure over ``parallel`` figures at a time.

@@ -11,6 +11,7 @@ import itertools
 import math
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import jsonschema
@@ -256,19 +257,38 @@ class Plan:
     paired: tuple[Cell, ...] = field(default=())
     paired_timing: Timing | None = None
 
+    # Lookups, built once per plan.  Snakemake calls the workflow's input functions once
+    # or more per job, so each must answer in constant time: a test against the tuple of
+    # cells made planning quadratic (about a minute for 10,000 cells).
+
+    @cached_property
+    def cell_set(self) -> frozenset[Cell]:
+        """The cells, for ``cell in plan.cell_set``."""
+        return frozenset(self.cells)
+
+    @cached_property
+    def paired_set(self) -> frozenset[Cell]:
+        """The SSM sides of the paired cells, for ``cell in plan.paired_set``."""
+        return frozenset(self.paired)
+
+    @cached_property
+    def _dtypes_by_pair(self) -> dict[tuple[str, str], list[str]]:
+        dtypes: dict[tuple[str, str], set[str]] = {}
+        for c in [*self.cells, *self.paired, *map(paired_attention, self.paired)]:
+            dtypes.setdefault((c.model, verified_backend(c.backend)), set()).add(c.dtype)
+        return {pair: sorted(found) for pair, found in dtypes.items()}
+
     def verify_dtypes(self, model: str, backend: str) -> list[str]:
         """The dtypes the verification of (model, backend) checks: those of its cells and
         of the cells of the graph backend that reuses it."""
-        pair = (model, backend)
-        cells = [*self.cells, *self.paired, *map(paired_attention, self.paired)]
-        return sorted({c.dtype for c in cells if (c.model, verified_backend(c.backend)) == pair})
+        return list(self._dtypes_by_pair.get((model, backend), []))
 
     def cache_source(self, cell: Cell) -> str:
         """How ``cell``'s decode cache is made: "random" or "prefill" (see ``Cell``); a
         paired cell's attention side makes its cache as its SSM side does."""
         return "random" if cell in self.random_cache else "prefill"
 
-    @property
+    @cached_property
     def headline_pairs(self) -> frozenset[tuple[str, str]]:
         """The (model, backend) pairs whose verification the headline cells wait for."""
         return frozenset((c.model, verified_backend(c.backend)) for c in self.headline)

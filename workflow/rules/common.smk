@@ -112,7 +112,7 @@ def planned_cell(wildcards):
         int(wildcards.d_state),
         wildcards.dtype,
     )
-    if cell not in PLAN.cells:
+    if cell not in PLAN.cell_set:  # a set: this runs once or more per job
         raise ValueError(f"{cell} is not in preset {PLAN.preset!r}")
     return cell
 
@@ -143,7 +143,7 @@ def paired_cell(wildcards):
         int(wildcards.d_state),
         wildcards.dtype,
     )
-    if cell not in PLAN.paired:
+    if cell not in PLAN.paired_set:
         raise ValueError(f"{cell} is not a paired cell of preset {PLAN.preset!r}")
     return cell
 
