@@ -50,3 +50,12 @@ rule all:
     input:
         all_targets(),
         with_prov([VERDICT, paths.table(RUN, "go_no_go.csv")]) if LIVE else [],
+
+
+# How the run ended: the cells that failed, and a non-zero exit when all did (ssmbench.outcome).
+onsuccess:
+    outcome.at_end(PLAN, succeeded=True)
+
+
+onerror:
+    outcome.at_end(PLAN, succeeded=False)
