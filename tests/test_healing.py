@@ -158,17 +158,37 @@ def test_heal_moves_bad_records_aside_and_keeps_every_good_one(finished):
     damaged = [paths.cell_record("ci", c) for c in (truncated, invalid, flipped)] + [verify]
     assert sorted(bad) == sorted(damaged)
     for path in damaged:
-        assert not os.path.exists(path) and not os.path.exists(paths.prov(path))
+        assert not os.path.exists(paths.prov(path))  # its job reruns
         assert os.path.exists(path + ".corrupt") and os.path.exists(paths.prov(path) + ".corrupt")
         assert f"ssm-bench: {path}: " in log
         assert f"; moved aside to {path}.corrupt, its job reruns" in log
     assert "not valid JSON" in log
     assert "field status: 'great' is not one of" in log
     assert "its sha256 is" in log and "not the" in log
+    # the cells' records are gone; the verify record's place is held until it is remade
+    assert not any(os.path.exists(p) for p in damaged[:3])
+    with pytest.raises(RecordError, match="key 'model': missing"):
+        records.read_verify(verify)
+    assert f"ssm-bench: {verify}: made again before the jobs that read it" in log
     # an unfinished job's record is Snakemake's to rerun; the good ones are untouched
     assert os.path.exists(paths.cell_record("ci", unfinished))
     assert {c: Path(paths.cell_record("ci", c)).read_bytes() for c in good} == before
     assert all(vouched(paths.cell_record("ci", c)) for c in good)
+
+
+def test_a_missing_record_makes_the_tables_stale_so_a_plain_rerun_remakes_it(finished):
+    # Snakemake finds nothing to do while the tables exist: their sidecar must go
+    table = paths.table("ci", "cells.csv")
+    finish(table, lambda p: records.write_json_atomic(p, {}))  # any bytes
+    deleted = paths.cell_record("ci", finished[0])
+    os.remove(deleted)
+    os.remove(paths.prov(deleted))
+    _, dry = heal_quietly(argv=("snakemake", "-n"))
+    assert os.path.exists(paths.prov(table))
+    assert "ssm-bench: planned but missing or unfinished; a run will remake them" in dry
+    bad, log = heal_quietly()
+    assert bad == [] and f"\n  {deleted}\n" in log
+    assert os.path.exists(table) and not os.path.exists(paths.prov(table))
 
 
 @pytest.mark.parametrize(

@@ -3,24 +3,33 @@
 Snakemake trusts an output that exists and is newer than its inputs, so a truncated,
 hand-edited or bit-flipped record would be kept and only break ``aggregate`` later, far
 from its cause.  Before Snakemake plans the jobs of a real run, :func:`heal_plan` checks
-every output the plan makes whose job finished (its provenance sidecar exists): the
-sidecar must vouch for its bytes, and a record must parse and meet its schema.  A bad one
-is reported, naming the file and what is wrong, and moved aside with its sidecar to
-``<file>.corrupt``; Snakemake then finds it missing and reruns its job, and only that job
-(its downstream tables follow).
+every output the plan makes whose job finished (its provenance sidecar exists): a record
+must parse and meet its schema, and its sidecar must record its sha256.  A bad one is
+reported, naming the file and what is wrong, and moved aside with its sidecar to
+``<file>.corrupt``; Snakemake finds it missing and reruns its job, and only that job (the
+tables and figures that rest on it follow).
 
-What is not checked here: an output without a sidecar is an unfinished job's (killed, or
-still running), which Snakemake reruns by itself (``rerun-incomplete``); a missing one is
-Snakemake's to make.  Nothing is written on a dry run or any other command that runs no
-job (:func:`runs_jobs`), nor while another Snakemake holds the directory's lock: then the
-bad outputs are only reported.
+Three things make "only that job" hold:
 
-A verify, device or prewarm record made again does not make Snakemake remeasure the cells
-whose records are sound: those inputs are ``ancient()`` in the rules that read them.
+- a missing output is remade only when a job downstream must run, and once the tables
+  exist none must: :func:`stale_tables` removes the first table's sidecar when a planned
+  output is missing or unfinished, so ``aggregate`` runs again and pulls its jobs first;
+- a verify, device or prewarm record made again must not make Snakemake remeasure the
+  cells: they are ``ancient()`` inputs of the cells, which spares a cell only while the
+  file exists, so :func:`stand_in` holds the place of a missing or bad one until its job
+  remakes it;
+- ``aggregate`` takes every record's sidecar as an input (``run_sidecars`` in
+  common.smk), so a record without one (a stand-in, a killed job's) is made again.
+
+An output without a sidecar is an unfinished job's, left to Snakemake.  Nothing is written
+on a dry run or any other command that runs no job (:func:`runs_jobs`), while another
+Snakemake holds the directory's lock, or in a job's own invocation of the Snakefile: then
+the bad outputs are only reported (and a dry run lists the jobs of a plain run less well).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -45,6 +54,7 @@ from ssmbench.records import (
 )
 
 CORRUPT_SUFFIX = ".corrupt"
+LISTED = 20  # missing outputs named one by one
 SNAKEMAKE_LOCKS = Path(".snakemake") / "locks"
 
 # Snakemake commands and flags that run no job: the plan is read, nothing may be moved
@@ -191,6 +201,48 @@ def move_aside(path: str) -> str:
     return aside
 
 
+def stale_tables(plan, unfinished: list[str], write: bool, log) -> None:
+    """A planned output without its sidecar (deleted, moved aside, or left by a killed job)
+    is remade only if a job downstream must run: once the run's tables exist, Snakemake
+    would find nothing to do and the tables would go on showing a row without a record.
+    So the sidecar of the first table goes, and ``aggregate`` must run again, after the
+    jobs that remake what is missing."""
+    sidecar = paths.prov(paths.table(plan.run, paths.TABLES[0]))
+    if not unfinished or not os.path.exists(sidecar):
+        return
+    shown = unfinished[:LISTED]
+    more = f" (and {len(unfinished) - len(shown)} more)" if len(unfinished) > len(shown) else ""
+    action = "their jobs rerun" if write else "a run will remake them"
+    print(
+        f"ssm-bench: planned but missing or unfinished{more}; {action}, then the tables:", file=log
+    )
+    for path in shown:
+        print(f"  {path}", file=log)
+    if write:
+        os.remove(sidecar)
+
+
+# The outputs the cells read (``ancient()`` inputs of bench, paired, profile, prewarm)
+UPSTREAM = (_device, _verify, _prewarm)
+STAND_IN = {
+    "stand_in": "this file holds the place of an output that was missing or bad; its job "
+    "remakes it before any job reads it (ssmbench.heal)"
+}
+
+
+def stand_in(path: str) -> None:
+    """Hold the place of a missing or bad verify, device or prewarm record until its job
+    remakes it.  Snakemake's ``ancient()`` spares the cells only when the input exists:
+    without a file in its place, every cell of a verify record made again would be
+    remeasured.  It has no sidecar, so its job reruns (a declared output is missing), and
+    it is no record (``read_verify`` refuses it), so a job that read it would fail."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(STAND_IN, f)
+    with contextlib.suppress(FileNotFoundError):  # a deleted record's sidecar, left behind
+        os.remove(paths.prov(path))
+
+
 def heal_plan(plan, main_process: bool = True, argv: list[str] | None = None, log=None) -> list:
     """Check every finished output of a live ``plan`` and move the bad ones aside,
     reporting each as ``ssm-bench: <path>: <what>; moved aside to <path>.corrupt, its job
@@ -205,17 +257,35 @@ def heal_plan(plan, main_process: bool = True, argv: list[str] | None = None, lo
     log = log or sys.stderr
     write = runs_jobs(sys.argv if argv is None else argv)
     locked = SNAKEMAKE_LOCKS.is_dir() and any(SNAKEMAKE_LOCKS.iterdir())
-    bad = []
-    for path, check in planned_outputs(plan):
-        why = problem(path, check)
-        if why is None:
-            continue
-        bad.append(path)
-        if write and not locked:
-            aside = move_aside(path)
-            print(f"ssm-bench: {path}: {why}; moved aside to {aside}, its job reruns", file=log)
-        else:
-            print(f"ssm-bench: {path}: {why}; a run will move it aside and rerun its job", file=log)
-    if write and not locked:
+    write = write and not locked
+    checked = [(path, check, problem(path, check)) for path, check in planned_outputs(plan)]
+    # a run with measured records keeps them when an input of theirs is made again
+    measured = any(
+        check not in UPSTREAM and why is None and os.path.exists(paths.prov(path))
+        for path, check, why in checked
+    )
+    bad, unfinished = [], []
+    for path, check, why in checked:
+        if why is not None:
+            bad.append(path)
+            if write:
+                aside = move_aside(path)
+                print(f"ssm-bench: {path}: {why}; moved aside to {aside}, its job reruns", file=log)
+            else:
+                print(
+                    f"ssm-bench: {path}: {why}; a run will move it aside, its job reruns", file=log
+                )
+        if write and measured and check in UPSTREAM and not os.path.exists(path):
+            stand_in(path)  # missing, or just moved aside
+            print(
+                f"ssm-bench: {path}: made again before the jobs that read it; the records "
+                "that already exist are kept (a stand-in holds its place until then)",
+                file=log,
+            )
+        if check is not _prewarm and not (why is None and os.path.exists(paths.prov(path))):
+            unfinished.append(path)  # bad, missing, or without its sidecar
+    if not getattr(plan, "partial", ""):  # finishing a stopped run: missing stays missing
+        stale_tables(plan, unfinished, write, log)
+    if write:
         outcome.clear_stop(plan.run, log)
     return bad

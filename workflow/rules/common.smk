@@ -263,6 +263,20 @@ def device_input_finished(wildcards):
     return finished([paths.device(live_run(wildcards.run))])
 
 
+def run_sidecars(wildcards):
+    """The sidecars of every output the tables rest on: the records aggregate reads, the
+    traces, and the verify, device and prewarm records the cells read.  Only outputs a
+    dependent job requires make Snakemake rerun the job that lacks them, so without these
+    a record left without its sidecar (a killed job, or one that ssmbench.heal holds the
+    place of) would never be made again."""
+    run = live_run(wildcards.run)
+    traces = finished([paths.trace(run, c) for c in sorted(PLAN.profiled)])
+    prewarms = finished([paths.prewarm(run, *key) for key in PREWARM])
+    outputs = run_cells(wildcards) + run_paired(wildcards) + run_ops(wildcards)
+    outputs += run_verify_records(wildcards) + device_input_finished(wildcards)
+    return [paths.prov(p) for p in outputs + traces + prewarms]
+
+
 def planned_cells(wildcards):
     """Every cell of the plan, for ``partial=True``: those without a finished record
     become not_run (or failed) rows."""
