@@ -116,6 +116,27 @@ def test_a_verify_record_without_a_key_names_the_key(tmp_path):
         records.read_verify(path)
 
 
+def test_every_reader_names_the_file_it_cannot_read(tmp_path):
+    from ssmbench import claims
+    from ssmbench.aggregate import aggregate
+    from ssmbench.paired import read_paired
+
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text('{"model": "mamba2", "backend": ')
+    for read in (records.read_record, records.read_verify, records.read_device, read_paired):
+        with pytest.raises(ValueError, match=rf"^{truncated}: not valid JSON: .* line 1 column"):
+            read(truncated)
+    with pytest.raises(ValueError, match=rf"^{truncated}: not valid JSON"):
+        aggregate([], [truncated], "t")  # the verify records a run's tables read
+    no_claims = tmp_path / "claims.yaml"
+    no_claims.write_text("claim: []\n")
+    with pytest.raises(ValueError, match=rf"^{no_claims}: key 'claims': missing"):
+        claims.load(no_claims)
+    no_claims.write_text("claims: [\n")
+    with pytest.raises(ValueError, match=rf"^{no_claims}: not valid YAML: (.|\n)*line 2, column 1"):
+        claims.load(no_claims)
+
+
 MUTATIONS = {
     "status-unknown": lambda d: d.update(status="great"),
     "batch-a-string": lambda d: d.update(batch="one"),
