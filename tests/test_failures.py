@@ -161,9 +161,11 @@ def test_a_profile_out_of_memory_is_an_oom_row(monkeypatch):
 
 
 def tiny_preset(wf: Path, **timing) -> list[str]:
-    """A two-cell preset of ci's sizes (``timing`` overrides ci's), and the arguments that
-    run it to its cells table."""
-    config = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    """A two-cell preset of ci's sizes (``timing`` overrides ci's) with the one figure it
+    can draw, written into the copy's config, and the arguments that run it to its cells
+    table."""
+    path = wf / "config" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
     preset = dict(config["presets"]["ci"])
     preset.pop("paired", None)
     preset["timing"] = {**preset["timing"], **timing}
@@ -171,9 +173,10 @@ def tiny_preset(wf: Path, **timing) -> list[str]:
         dict(models=["attention", "mamba2"], backends=["torch"], phases=["prefill"],
              batch=[1], seq_len=[32], d_state=[4], dtype=["fp32"]),
     ]  # fmt: skip
-    (wf / "tiny.yaml").write_text(yaml.safe_dump({"presets": {"tiny": preset}}))
-    target = "results/tiny/tables/cells.csv"
-    return [target, "--configfile", "tiny.yaml", "--config", "preset=tiny", "figures={}"]
+    config["presets"]["tiny"] = preset
+    config["figures"] = {"latency_scaling": {"phase": "prefill"}}
+    path.write_text(yaml.safe_dump(config))
+    return ["results/tiny/tables/cells.csv", "--config", "preset=tiny"]
 
 
 @pytest.mark.slow
