@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import io
 import json
 import os
@@ -40,7 +39,7 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ssmbench import paths
+from ssmbench import paths, provenance
 from ssmbench.paired import validate_paired
 from ssmbench.records import (
     DEVICE_KEYS,
@@ -147,27 +146,13 @@ def planned_outputs(plan) -> list[tuple[str, Check]]:
     return outputs
 
 
-def unvouched(path: str, blob: bytes) -> str | None:
-    """Why ``path``'s provenance sidecar does not vouch for its bytes ``blob``, or None
-    when it does: the one place the sidecar is checked (``provenance.vouched`` reads the
-    file again and says only yes or no; a ``provenance.check`` may replace this)."""
-    sidecar = paths.prov(path)
+def unvouched(path: str) -> str | None:
+    """Why ``path``'s provenance sidecar does not vouch for its bytes (the sha256 it
+    records and the one found), or None when it does: the one place the sidecar is checked."""
     try:
-        outputs = json.loads(Path(sidecar).read_bytes())["outputs"]
-        recorded = outputs.get(path)
-        if recorded is None:  # written under another spelling of the path
-            mine = os.path.realpath(path)
-            recorded = next((d for p, d in outputs.items() if os.path.realpath(p) == mine), None)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return f"its provenance sidecar {sidecar} is unreadable ({type(e).__name__}: {e})"
-    if recorded is None:
-        return f"its provenance sidecar {sidecar} does not list it"
-    found = hashlib.sha256(blob).hexdigest()
-    if found != recorded:
-        return (
-            f"its sha256 is {found[:16]}..., not the {recorded[:16]}... its provenance "
-            f"sidecar {sidecar} records (changed since its job wrote it)"
-        )
+        provenance.check(path)
+    except provenance.ProvenanceError as error:
+        return str(error).removeprefix(f"{path}: ")
     return None
 
 
@@ -187,7 +172,7 @@ def problem(path: str, check: Check) -> str | None:
         check(blob, path)
     except (ValueError, TypeError, KeyError) as error:
         return str(error).removeprefix(f"{path}: ") or type(error).__name__
-    return unvouched(path, blob)
+    return unvouched(path)
 
 
 def move_aside(path: str) -> str:
