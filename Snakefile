@@ -35,14 +35,17 @@ onstart:
     progress.watch(PLAN, workflow.dag.needrun_jobs())
 
 
+# How the run ended: the cells that failed, and a non-zero exit when all did (ssmbench.outcome).
 onsuccess:
     progress.stop()
     runlock.release()
+    outcome.at_end(PLAN, succeeded=True)
 
 
 onerror:
     progress.stop()
     runlock.release()
+    outcome.at_end(PLAN, succeeded=False)
 
 
 rule all:
@@ -50,12 +53,3 @@ rule all:
     input:
         all_targets(),
         with_prov([VERDICT, paths.table(RUN, "go_no_go.csv")]) if LIVE else [],
-
-
-# How the run ended: the cells that failed, and a non-zero exit when all did (ssmbench.outcome).
-onsuccess:
-    outcome.at_end(PLAN, succeeded=True)
-
-
-onerror:
-    outcome.at_end(PLAN, succeeded=False)

@@ -239,6 +239,15 @@ def test_nothing_is_moved_while_another_snakemake_holds_the_lock(finished):
     assert bad == [path] and os.path.exists(path)
 
 
+def test_nothing_is_moved_while_another_run_holds_the_checkout(finished, monkeypatch):
+    path = paths.cell_record("ci", finished[0])
+    Path(path).write_text("{")
+    monkeypatch.setattr(heal.runlock, "read", lambda: SimpleNamespace(pid=os.getpid() + 1))
+    monkeypatch.setattr(heal.runlock, "alive", lambda holder: True)
+    bad, log = heal_quietly()
+    assert bad == [path] and os.path.exists(path) and "a run will move it aside" in log
+
+
 @pytest.mark.parametrize(
     "argv, runs",
     [

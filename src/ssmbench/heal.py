@@ -39,7 +39,7 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ssmbench import paths, provenance
+from ssmbench import paths, provenance, runlock
 from ssmbench.paired import validate_paired
 from ssmbench.records import (
     DEVICE_KEYS,
@@ -228,6 +228,18 @@ def stand_in(path: str) -> None:
         os.remove(paths.prov(path))
 
 
+def another_run() -> bool:
+    """Whether another Snakemake may be running in this checkout: Snakemake's own locks are
+    there, or ``ssmbench.runlock``'s lock names a live process (or one on another host)."""
+    if SNAKEMAKE_LOCKS.is_dir() and any(SNAKEMAKE_LOCKS.iterdir()):
+        return True
+    try:
+        holder = runlock.read()
+    except runlock.RunLocked:  # unreadable: assume the worst
+        return True
+    return holder is not None and holder.pid != os.getpid() and runlock.alive(holder) is not False
+
+
 def heal_plan(plan, main_process: bool = True, argv: list[str] | None = None, log=None) -> list:
     """Check every finished output of a live ``plan`` and move the bad ones aside,
     reporting each as ``ssm-bench: <path>: <what>; moved aside to <path>.corrupt, its job
@@ -241,8 +253,7 @@ def heal_plan(plan, main_process: bool = True, argv: list[str] | None = None, lo
         return []
     log = log or sys.stderr
     write = runs_jobs(sys.argv if argv is None else argv)
-    locked = SNAKEMAKE_LOCKS.is_dir() and any(SNAKEMAKE_LOCKS.iterdir())
-    write = write and not locked
+    write = write and not another_run()
     checked = [(path, check, problem(path, check)) for path, check in planned_outputs(plan)]
     # a run with measured records keeps them when an input of theirs is made again
     measured = any(
