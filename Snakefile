@@ -35,14 +35,17 @@ onstart:
     progress.watch(PLAN, workflow.dag.needrun_jobs())
 
 
+# How the run ended: the cells that failed, and a non-zero exit when all did (ssmbench.outcome).
 onsuccess:
     progress.stop()
     runlock.release()
+    outcome.at_end(PLAN, succeeded=True)
 
 
 onerror:
     progress.stop()
     runlock.release()
+    outcome.at_end(PLAN, succeeded=False)
 
 
 rule all:

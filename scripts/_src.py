@@ -7,6 +7,9 @@ import os
 import sys
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
+# first on the path: Snakemake's script preamble appends the main process's path (SRC
+# among it) after site-packages, where an installed ssmbench of another checkout would win
+if SRC in sys.path:
+    sys.path.remove(SRC)
+sys.path.insert(0, SRC)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)

@@ -1,23 +1,25 @@
-"""Rule bench: measure one cell and write its record, whatever its status."""
+"""Rule bench: measure one cell and write its record, whatever its status.
 
-import json
+A run stopped by an output it could not save (a full disk) measures nothing more: the job
+refuses to start, and a record it cannot save stops the run (ssmbench.outcome)."""
+
 import sys
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.cell import cap_address_space, run_cell, spec_from_params
+from ssmbench.outcome import refuse_if_stopped, saving
 from ssmbench.provenance import from_snakemake, now
-from ssmbench.records import write_record
+from ssmbench.records import read_device, read_verify, write_record
 from ssmbench.scripting import logged
 
 with logged(snakemake):
     started = now()
     p = snakemake.params
+    refuse_if_stopped(p.run, snakemake.output.record)
     spec = spec_from_params(p)
-    with open(snakemake.input.verify) as f:
-        verify = json.load(f)
-    with open(snakemake.input.device) as f:
-        device_info = json.load(f)
+    verify = read_verify(snakemake.input.verify)
+    device_info = read_device(snakemake.input.device)
     if p.cpu_mem_limit_gb and p.device == "cpu":
         cap_address_space(p.cpu_mem_limit_gb)  # over it, the cell is oom
         print(f"address space capped at {p.cpu_mem_limit_gb} GiB (RLIMIT_AS)")
@@ -33,5 +35,6 @@ with logged(snakemake):
         f"{snakemake.output.record}: {record.status} {record.reason} "
         f"median={record.time_ms_median} ms n={record.n_samples}"
     )
-    write_record(snakemake.output.record, record)
-    from_snakemake(snakemake, seed=p.seed, started=started)
+    with saving(p.run, snakemake.output.record):
+        write_record(snakemake.output.record, record)
+        from_snakemake(snakemake, seed=p.seed, started=started)

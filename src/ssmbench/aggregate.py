@@ -4,12 +4,11 @@ the published claims against the cells), so that neither imports the other."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 from ssmbench import claims
 from ssmbench.paired import read_paired
-from ssmbench.records import read_record
+from ssmbench.records import read_record, read_verify
 from ssmbench.tables import cells_table, ops_table, paired_table, samples_table, verify_table
 
 
@@ -27,10 +26,7 @@ def aggregate(
     unmeasured, ssmbench.finish) join them."""
     records = [read_record(p) for p in cell_paths] + list(extra)
     paired = [read_paired(p) for p in paired_paths] + list(paired_extra)
-    verify_records = []
-    for p in verify_paths:
-        with open(p) as f:
-            verify_records.append(json.load(f))
+    verify_records = [read_verify(p) for p in verify_paths]
     cells = cells_table(records)
     samples = samples_table(records)
     return {

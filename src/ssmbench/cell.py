@@ -448,8 +448,9 @@ def profile_or_status(
 ) -> list[dict]:
     """The rows of a profile job, whatever happens: :func:`profile_cell`'s rows with
     ``status`` ok, or, where the cell cannot be profiled (its device or CUDA graphs are
-    unavailable here, its verification did not pass for its phase, or the profile raised),
-    one row with the cell's keys, its ``status`` (unavailable, failed or oom) and
+    unavailable here, its verification did not pass for its phase, the profile raised or
+    ran past ``spec.timing.timeout_s``), one row with the cell's keys, its ``status``
+    (unavailable, failed, oom or timeout) and
     ``reason``, and an empty Chrome trace at ``trace_path`` (so the job's outputs exist and
     the run's aggregate never fails for a profile that could not run)."""
     c = spec.cell
@@ -461,9 +462,17 @@ def profile_or_status(
     elif verify is not None:
         status, reason = _verify_unusable(c, verify) or ("", "")
     if not status:
+        from ssmbench.measure.timing import CellTimeout, deadline_alarm
+
+        timeout_s = spec.timing.timeout_s  # the cell's budget bounds its profile too
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            rows = profile_cell(spec, trace_path=trace_path, threads=threads, iters=iters)
+            with deadline_alarm(deadline):
+                rows = profile_cell(spec, trace_path=trace_path, threads=threads, iters=iters)
             return [{**row, "status": "ok", "reason": ""} for row in rows]
+        except CellTimeout:
+            status = "timeout"
+            reason = f"the profile ran past the cell's budget of timeout_s={timeout_s:g} s"
         except Exception as e:
             status, reason = error_status(e)
     if trace_path is not None:

@@ -59,7 +59,12 @@ COMPARES = ("within", "at_least", "at_most", "about")
 def load(path: str | Path = CLAIMS) -> list[dict]:
     """The claims of ``path``, each checked for the keys :func:`evaluate` reads."""
     with open(path) as f:
-        claims = yaml.safe_load(f)["claims"]
+        try:
+            claims = yaml.safe_load(f)["claims"]
+        except yaml.YAMLError as e:  # its mark names the file, line and column
+            raise ValueError(f"{path}: not valid YAML: {e}") from None
+        except (KeyError, TypeError):
+            raise ValueError(f"{path}: key 'claims': missing (a list of claims)") from None
     for i, claim in enumerate(claims):
         for key in ("id", "claim", "source", "hardware", "published", "compare", "metric"):
             if key not in claim:

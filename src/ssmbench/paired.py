@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 
 from ssmbench.config import Cell, compute_dtype, paired_attention
-from ssmbench.records import STATUSES, write_json_atomic
+from ssmbench.records import STATUSES, read_json, write_json_atomic
 
 PAIRED_SCHEMA_VERSION = 1
 
@@ -122,10 +122,7 @@ def write_paired(path: str | os.PathLike, record: PairedRecord) -> None:
 
 
 def read_paired(path: str | os.PathLike) -> PairedRecord:
-    import json
-
-    with open(path) as f:
-        data = json.load(f)
+    data = read_json(path)
     validate_paired(data, path)
     return PairedRecord(**data)
 

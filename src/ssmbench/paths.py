@@ -20,6 +20,8 @@ PAIRED = "results/{run}/paired/" + _AXES + ".json"
 PAIRED_LOG = "logs/{run}/paired/" + _AXES + ".log"
 DEVICE = "results/{run}/device.json"
 PREWARM = "results/{run}/prewarm/{model}/{backend}-{dtype}.json"
+# the mark of a run stopped because an output could not be saved (ssmbench.outcome)
+STOPPED = "results/{run}/STOPPED"
 # caches a run's jobs share (Triton's kernels and autotuning results): not results
 CACHE = ".cache/{run}/{name}"
 TABLE = "results/{run}/tables/{table}"
@@ -111,6 +113,11 @@ def trace(run: str, cell) -> str:
 def prewarm(run: str, model: str, backend: str, dtype: str) -> str:
     """What the prewarm job of (model, backend, dtype) ran before the run's cells."""
     return PREWARM.format(run=run, model=model, backend=backend, dtype=dtype)
+
+
+def stopped(run: str) -> str:
+    """Why the run stopped early (a disk full), while it stays stopped: jobs refuse to start."""
+    return STOPPED.format(run=run)
 
 
 def cache(run: str, name: str) -> str:

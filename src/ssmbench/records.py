@@ -118,6 +118,40 @@ class CellRecord:
         return cls(**data)
 
 
+class RecordError(ValueError):
+    """A record or table that cannot be read: the message names the file and, where one
+    is at fault, the key."""
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path``; text that is not one raises :class:`RecordError`
+    naming the file and where it breaks (a truncated record: "Expecting ',' ... line 40")."""
+    return parse_json(Path(path).read_bytes(), path)
+
+
+def parse_json(text: bytes | str, path: str | os.PathLike) -> dict:
+    """:func:`read_json` of text already read from ``path``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RecordError(
+            f"{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+        ) from None
+    except UnicodeDecodeError as e:
+        raise RecordError(f"{path}: not valid JSON: byte {e.start} is not UTF-8") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: not a JSON object but a {type(data).__name__}")
+    return data
+
+
+def require_keys(data: dict, keys, path: str | os.PathLike, what: str) -> None:
+    """Raise :class:`RecordError` naming the file and the first of ``keys`` that ``data``
+    (a ``what``: "verify record", ...) lacks."""
+    for key in keys:
+        if key not in data:
+            raise RecordError(f"{path}: key {key!r}: missing (a {what} has {list(keys)})")
+
+
 @functools.cache
 def schema() -> dict:
     with open(SCHEMA) as f:
@@ -131,6 +165,34 @@ def _validator() -> jsonschema.protocols.Validator:
     return jsonschema.validators.validator_for(schema())(schema())
 
 
+@functools.cache
+def _fast_validator():
+    """The schema compiled by fastjsonschema (a yes or no in a fraction of a millisecond,
+    where jsonschema's walk of the 30 ``$ref`` takes milliseconds a record: a run's aggregate
+    and its planning read every record), or None where the package is missing.  Compiled as
+    draft 7, whose keywords the schema keeps to (tests/test_healing.py compares the two);
+    jsonschema stays the judge and says where a record is wrong."""
+    try:
+        import fastjsonschema
+    except ImportError:
+        return None
+    draft7 = {**schema(), "$schema": "http://json-schema.org/draft-07/schema#"}
+    return fastjsonschema.compile(draft7, use_default=False)
+
+
+def valid_record_fast(data: dict) -> bool:
+    """Whether ``data`` meets the schema by the compiled check (False when it fails, or
+    where fastjsonschema is missing: then ask :func:`validate_record`)."""
+    check = _fast_validator()
+    if check is None:
+        return False
+    try:
+        check(data)
+    except Exception:  # fastjsonschema.JsonSchemaException, and anything odd in data
+        return False
+    return True
+
+
 def validate_record(data: dict, path: str | os.PathLike = "<record>") -> None:
     """Raise ``ValueError`` naming the file and the field when ``data`` breaks the schema."""
     try:
@@ -139,7 +201,7 @@ def validate_record(data: dict, path: str | os.PathLike = "<record>") -> None:
             raise error
     except jsonschema.ValidationError as e:
         where = ".".join(map(str, e.absolute_path)) or "<top level>"
-        raise ValueError(f"{path}: field {where}: {e.message}") from None
+        raise RecordError(f"{path}: field {where}: {e.message}") from None
 
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
@@ -171,7 +233,58 @@ def write_record(path: str | os.PathLike, record: CellRecord) -> None:
 
 
 def read_record(path: str | os.PathLike) -> CellRecord:
-    with open(path) as f:
-        data = json.load(f)
-    validate_record(data, path)
+    """A cell record, checked against the schema; any fault names the file and the field."""
+    data = read_json(path)
+    if not valid_record_fast(data):
+        validate_record(data, path)
     return CellRecord.from_dict(data)
+
+
+# The verify record (ssmbench.cell.run_verify): what the cells, prewarm and tables read
+VERIFY_KEYS = ("model", "backend", "device", "status", "reason", "checks")
+VERIFY_STATUSES = ("passed", "failed", "unavailable")
+
+
+def validate_verify(data: dict, path: str | os.PathLike = "<verify record>") -> None:
+    """Raise :class:`RecordError` naming the file and the key where ``data`` is not a
+    verify record: a key missing, a status unknown, ``checks`` not a list, a phase without
+    its status and reason."""
+    require_keys(data, VERIFY_KEYS, path, "verify record")
+    if data["status"] not in VERIFY_STATUSES:
+        raise RecordError(
+            f"{path}: key 'status': {data['status']!r} is not one of {VERIFY_STATUSES}"
+        )
+    if not isinstance(data["checks"], list):
+        raise RecordError(f"{path}: key 'checks': not a list")
+    phases = data.get("phases", {})
+    if not isinstance(phases, dict):
+        raise RecordError(f"{path}: key 'phases': not an object")
+    for phase, verdict in phases.items():
+        if not isinstance(verdict, dict) or verdict.get("status") not in VERIFY_STATUSES:
+            raise RecordError(
+                f"{path}: key 'phases.{phase}': needs a status in {VERIFY_STATUSES} and a reason"
+            )
+
+
+def read_verify(path: str | os.PathLike) -> dict:
+    """A verify record, checked (:func:`validate_verify`)."""
+    data = read_json(path)
+    validate_verify(data, path)
+    return data
+
+
+# What the cells read of the run's device.json (rule calibrate) and of a prewarm record
+DEVICE_KEYS = ("status", "reason", "device")
+PREWARM_KEYS = ("status", "reason", "shapes")
+
+
+def read_device(path: str | os.PathLike) -> dict:
+    data = read_json(path)
+    require_keys(data, DEVICE_KEYS, path, "device record")
+    return data
+
+
+def read_prewarm(path: str | os.PathLike) -> dict:
+    data = read_json(path)
+    require_keys(data, PREWARM_KEYS, path, "prewarm record")
+    return data

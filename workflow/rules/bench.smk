@@ -48,6 +48,7 @@ rule profile:
         size=vars(PLAN.size),
         timing=vars(PLAN.timing),
         seed=PLAN.seed,
+        cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
     script:
         "../../scripts/profile_cell.py"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 # through scripts/_src.py).
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from ssmbench import paths  # noqa: E402
+from ssmbench import heal, outcome, paths  # noqa: E402
 from ssmbench.config import (  # noqa: E402
     Cell,
     RUN_TABLES,
@@ -26,6 +26,9 @@ try:
 except ConfigError as error:
     sys.exit(f"ssm-bench: {error}")
 
+# bad records (unparseable, schema-invalid, not what their sidecar vouches for) are moved
+# aside before Snakemake plans, so their jobs rerun (ssmbench.heal)
+heal.heal_plan(PLAN, main_process=workflow.is_main_process)
 RUN = PLAN.run
 # Runs made from another study's published data (--config import_ssm_scope=<clone>), and
 # the figures their data can draw.
@@ -162,20 +165,25 @@ def paired_input(wildcards):
     cell = paired_cell(wildcards)
     backend = verified_backend(cell.backend)
     return {
-        "attention": paths.verify_record(run, "attention", backend),
-        "ssm": paths.verify_record(run, cell.model, backend),
+        "attention": ancient(paths.verify_record(run, "attention", backend)),
+        "ssm": ancient(paths.verify_record(run, cell.model, backend)),
     }
 
 
+# A cell's verify, device and prewarm inputs are ancient(): one made again (healed, or
+# deleted) runs before any cell that lacks its record, but does not make Snakemake
+# remeasure the cells whose records are sound.
+
+
 def device_input(wildcards):
-    return paths.device(live_run(wildcards.run))
+    return ancient(paths.device(live_run(wildcards.run)))
 
 
 def verify_input(wildcards):
     """The verify record a cell or profile waits for: a graph backend reuses its base's."""
     live_run(wildcards.run)
     backend = verified_backend(wildcards.backend)
-    return paths.verify_record(wildcards.run, wildcards.model, backend)
+    return ancient(paths.verify_record(wildcards.run, wildcards.model, backend))
 
 
 def bench_input(wildcards):
@@ -184,8 +192,8 @@ def bench_input(wildcards):
     inputs = {"verify": verify_input(wildcards), "device": device_input(wildcards)}
     backend = verified_backend(wildcards.backend)
     if (wildcards.model, backend, wildcards.dtype) in PREWARM:
-        inputs["prewarm"] = paths.prewarm(
-            wildcards.run, wildcards.model, backend, wildcards.dtype
+        inputs["prewarm"] = ancient(
+            paths.prewarm(wildcards.run, wildcards.model, backend, wildcards.dtype)
         )
     return inputs
 
@@ -252,7 +260,21 @@ def run_verify_records(wildcards):
 
 
 def device_input_finished(wildcards):
-    return finished([device_input(wildcards)])
+    return finished([paths.device(live_run(wildcards.run))])
+
+
+def run_sidecars(wildcards):
+    """The sidecars of every output the tables rest on: the records aggregate reads, the
+    traces, and the verify, device and prewarm records the cells read.  Only outputs a
+    dependent job requires make Snakemake rerun the job that lacks them, so without these
+    a record left without its sidecar (a killed job, or one that ssmbench.heal holds the
+    place of) would never be made again."""
+    run = live_run(wildcards.run)
+    traces = finished([paths.trace(run, c) for c in sorted(PLAN.profiled)])
+    prewarms = finished([paths.prewarm(run, *key) for key in PREWARM])
+    outputs = run_cells(wildcards) + run_paired(wildcards) + run_ops(wildcards)
+    outputs += run_verify_records(wildcards) + device_input_finished(wildcards)
+    return [paths.prov(p) for p in outputs + traces + prewarms]
 
 
 def planned_cells(wildcards):
