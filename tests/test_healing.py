@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -273,7 +272,9 @@ def test_every_kind_of_record_is_checked():
 
 
 @pytest.mark.slow
-def test_ten_thousand_records_are_checked_in_seconds(tmp_path, monkeypatch):
+def test_ten_thousand_good_records_are_all_kept(tmp_path, monkeypatch):
+    """Plan-time healing over a large run keeps every good record (its time is a benchmark's
+    business, not a test's: about 2 s for these 10,000 here)."""
     monkeypatch.chdir(tmp_path)
     cells = [Cell("mamba2", "torch", "prefill", 1, t, 4, "fp32") for t in range(1, 10_001)]
     template = record_of(cells[0], run="big").to_dict()
@@ -288,11 +289,9 @@ def test_ten_thousand_records_are_checked_in_seconds(tmp_path, monkeypatch):
     plan = SimpleNamespace(
         source="live", run="big", device="cpu", pairs=[], cells=cells, paired=[], profiled=[]
     )
-    start = time.perf_counter()
     bad, _ = heal_quietly(plan)
-    seconds = time.perf_counter() - start
     assert bad == []
-    assert seconds < 15, f"{seconds:.1f} s for 10,000 records"  # ~1 s on an idle 2-core host
+    assert all(os.path.exists(paths.cell_record("big", c)) for c in cells)
 
 
 # --- the workflow ---
