@@ -40,9 +40,9 @@ OOM, a timeout or a crash become ``status`` and ``reason`` (the helpers of
 
 transformers binds its kernels when a modeling module is first imported, so an
 ``hf-eager`` cell needs :func:`ssmbench.lm.backends.prepare` called before that: the
-command line (``python -m ssmbench lm-cell``) does it first thing, :func:`run_lm_cell` does
-it when transformers is not imported yet, and an hf-eager cell whose layers ran a kernel
-package all the same is ``failed``.
+command line (``python -m ssmbench lm-cell``) does it first thing, as must any other caller
+of :func:`run_lm_cell` (which records whether it was done, ``isolation``); an hf-eager cell
+whose layers ran a kernel package all the same is ``failed``.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def _measure_into(record: LMRecord, spec: LMCellSpec, verify, threads, deadline)
     if unavailable:
         record.status, record.reason = "unavailable", unavailable
         return
-    record.isolation = _isolate(spec.backend)
+    record.isolation = _isolation(spec.backend)
 
     from ssmbench.lm.verify import verify_lm
 
@@ -227,8 +227,8 @@ def _measure_into(record: LMRecord, spec: LMCellSpec, verify, threads, deadline)
     if spec.backend == "hf-eager" and any(layer["kernels"] for layer in record.layers):
         record.status = "failed"
         record.reason = (
-            f"hf-eager ran kernel packages ({record.layer_impls}): transformers was imported "
-            "before ssmbench.lm.backends.prepare could block them in this process"
+            f"hf-eager ran kernel packages ({record.layer_impls}): call "
+            "ssmbench.lm.backends.prepare before transformers is imported in the cell process"
         )
 
 
@@ -245,18 +245,17 @@ def _unavailable(spec: LMCellSpec) -> str:
     return device_unavailable(spec.device)
 
 
-def _isolate(backend: str) -> str:
-    """Block the kernel packages for hf-eager if this process still can; what holds."""
-    if backend == "hf-eager" and not backends.blocked():
-        try:
-            backends.prepare(backend)
-        except backends.IsolationError:
-            return (
-                "not blocked: transformers was imported before the cell "
-                "(the layer report says what ran)"
-            )
+def _isolation(backend: str) -> str:
+    """What holds in this process: the kernel packages blocked (by
+    :func:`ssmbench.lm.backends.prepare`, which the caller runs before transformers is
+    imported) or not.  Never blocks them itself: that would change every later import of
+    the calling process (a test session's, say), not only this cell's."""
     blocked = backends.blocked()
-    return f"kernel packages blocked: {', '.join(blocked)}" if blocked else "kernels importable"
+    if blocked:
+        return f"kernel packages blocked: {', '.join(blocked)}"
+    if backend == "hf-eager":
+        return "not blocked: prepare was not called first (the layer report says what ran)"
+    return "kernel packages importable"
 
 
 def gate_summary(verify: dict) -> dict:
@@ -546,7 +545,6 @@ def profile_lm_cell(
     why = _unavailable(spec)
     if why:
         raise RuntimeError(f"{spec.model}/{spec.backend}: unavailable: {why}")
-    _isolate(spec.backend)
     if threads:
         torch.set_num_threads(threads)
     lm = build(spec.model, spec.preset, device=spec.device, dtype=spec.dtype, seed=spec.seed)
