@@ -202,6 +202,7 @@ def _lm_cell_parser(sub) -> None:
         "else the device's: cpu or gpu)",
     )
     lm.add_argument("--min-samples", type=positive_int, help="override the budget's")
+    lm.add_argument("--max-time-s", type=float, help="override the budget's")
     lm.add_argument("--timeout-s", type=float, help="override the budget's")
     lm.add_argument("--seed", type=int, default=0)
     lm.add_argument("--run", default="adhoc")
@@ -222,7 +223,7 @@ def _lm_cell(args) -> int:
         "ci" if args.preset == "ci" else {"cpu": "cpu", "cuda": "gpu"}[args.device]
     )
     timing = dict(_preset(timing_preset)["timing"])
-    for key in ("min_samples", "timeout_s"):
+    for key in ("min_samples", "max_time_s", "timeout_s"):
         if getattr(args, key) is not None:
             timing[key] = getattr(args, key)
     timing["max_samples"] = max(timing["max_samples"], timing["min_samples"])
