@@ -219,6 +219,28 @@ def test_a_gate_of_another_dtype_is_refused(no_build):
     )
 
 
+def test_an_hf_eager_gate_that_ran_a_kernel_is_refused(no_build):
+    """A gate run where transformers had bound mamba_ssm (prepare not called first)."""
+    kernel = "mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined"
+    layer = {"layer": 0, "class": "Mamba2Block", "attention": None, "kernels": True}
+    layer["ran"] = {"mamba2_chunk_scan": kernel}
+    r = run_lm_cell(_spec(), verify={**PASSED, "layers": [layer]})
+    assert r.status == "failed" and r.samples_ms == []
+    assert r.reason.startswith(
+        "hf-eager ran kernel packages (1x Mamba2Block [mamba_chunk_scan_combined]): call "
+        "ssmbench.lm.backends.prepare"
+    )
+    assert r.isolation.startswith("not blocked: prepare was not called first")
+
+
+def test_without_the_gate_the_record_says_so(no_build):
+    r = run_lm_cell(_spec(), gate=False)
+    assert (r.status, r.reason) == ("failed", "AssertionError: the model was built")
+    assert r.verify is None and r.notes == [
+        "timed without the correctness gate (gate=False, --no-verify)"
+    ]
+
+
 def test_a_crash_becomes_a_failed_record(monkeypatch):
     def build(*args, **kwargs):
         raise RuntimeError("kernel exploded")

@@ -117,11 +117,13 @@ class LMCellSpec:
 
 
 def run_lm_cell(
-    spec: LMCellSpec, verify: dict | None = None, threads: int | None = None
+    spec: LMCellSpec, verify: dict | None = None, threads: int | None = None, gate: bool = True
 ) -> LMRecord:
     """Measure one cell and return its record (module docstring); ``verify`` is the
     gate's result from a verify step (None: the cell runs the gate itself), ``threads``
-    torch's CPU threads (default: all cores).  ``spec.timing.timeout_s`` bounds the cell."""
+    torch's CPU threads (default: all cores).  ``gate=False`` times without any gate (the
+    record says so in ``notes``; ``python -m ssmbench lm-cell --no-verify``, as the block
+    cells' ``cell --no-verify``).  ``spec.timing.timeout_s`` bounds the cell."""
     record = LMRecord(
         run=spec.run,
         model=spec.model,
@@ -144,7 +146,7 @@ def run_lm_cell(
     try:
         record.family = entry(spec.model).family
         with deadline_alarm(deadline):
-            _measure_into(record, spec, verify, threads, deadline)
+            _measure_into(record, spec, verify, threads, deadline, gate)
     except CellTimeout:
         record.status = "timeout"
         record.reason = (
@@ -171,7 +173,7 @@ def run_lm_cells(specs: list[dict], threads: int | None = None) -> list[dict]:
     return records
 
 
-def _measure_into(record: LMRecord, spec: LMCellSpec, verify, threads, deadline) -> None:
+def _measure_into(record: LMRecord, spec: LMCellSpec, verify, threads, deadline, gate) -> None:
     unavailable = _unavailable(spec)
     if unavailable:
         record.status, record.reason = "unavailable", unavailable
@@ -180,14 +182,20 @@ def _measure_into(record: LMRecord, spec: LMCellSpec, verify, threads, deadline)
 
     from ssmbench.lm.verify import verify_lm
 
-    if verify is None:
+    if verify is None and gate:
         verify = verify_lm(spec.model, spec.preset, spec.device, spec.dtype, spec.seed, **GATE)
         verify = {**verify, "source": "run by the cell"}
-    record.verify = gate_summary(verify)
-    refused = gate_refusal(spec, verify)
-    if refused:
-        record.status, record.reason = "failed", refused
-        return
+    if verify is None:
+        record.notes.append("timed without the correctness gate (gate=False, --no-verify)")
+    else:
+        record.verify = gate_summary(verify)
+        refused = gate_refusal(spec, verify)
+        if refused:
+            record.status, record.reason = "failed", refused
+            return
+        if spec.backend == "hf-eager" and _ran_kernels(verify.get("layers", [])):
+            record.status, record.reason = "failed", _not_eager(verify["layers"])
+            return
 
     import torch
 
@@ -224,12 +232,19 @@ def _measure_into(record: LMRecord, spec: LMCellSpec, verify, threads, deadline)
             record.energy_method, record.energy_reason = "none", energy_reason
         elif spec.phase == "decode":
             _decode_energy(record, spec, lm, ids, deadline)
-    if spec.backend == "hf-eager" and any(layer["kernels"] for layer in record.layers):
-        record.status = "failed"
-        record.reason = (
-            f"hf-eager ran kernel packages ({record.layer_impls}): call "
-            "ssmbench.lm.backends.prepare before transformers is imported in the cell process"
-        )
+    if spec.backend == "hf-eager" and _ran_kernels(record.layers):
+        record.status, record.reason = "failed", _not_eager(record.layers)
+
+
+def _ran_kernels(layers: list[dict]) -> bool:
+    return any(layer["kernels"] for layer in layers)
+
+
+def _not_eager(layers: list[dict]) -> str:
+    return (
+        f"hf-eager ran kernel packages ({layer_summary(layers)}): call "
+        "ssmbench.lm.backends.prepare before transformers is imported in the cell process"
+    )
 
 
 def _unavailable(spec: LMCellSpec) -> str:
