@@ -11,8 +11,10 @@ OOM, a timeout or a crash become ``status`` and ``reason`` (the helpers of
    measured yet and say so;
 2. the correctness gate: ``verify`` (a verify step's :func:`ssmbench.lm.verify.verify_lm`
    result) when given, else :func:`verify_lm` here, at the cell's own preset, device and
-   dtype but a short prompt (batch 2, T 11, 6 new tokens: seconds even at full size);
-   a gate that did not pass means ``failed``, and nothing is timed;
+   dtype but a short prompt (batch 2, T 11, 6 new tokens; still a second build of the
+   model, about a minute per full-size model on a loaded 2-core CPU, so a workflow runs it
+   once per model in a verify step and passes the result in); a gate that did not pass
+   means ``failed``, and nothing is timed (``gate=False`` skips it and says so);
 3. the model, built with seeded random weights in the cell's dtype; prompts are random
    token ids from the seed;
 4. prefill: TTFT, a forward over T tokens into a fresh cache with ``logits_to_keep=1``
