@@ -93,7 +93,10 @@ def test_a_cell_is_measured_after_its_gate(measured, s):
         assert r["tokens_per_s"] == pytest.approx(s["batch"] / (r["tpot_ms_median"] / 1e3))
         assert len(r["e2e_samples_ms"]) == lm_cell.E2E_ROUNDS
         assert r["e2e_tolerance"] >= lm_cell.E2E_TOLERANCE
-        assert r["e2e_agrees"] is (abs(r["e2e_rel_diff"]) <= r["e2e_tolerance"])
+        if r["e2e_agrees"] is None:  # the ci models' prefill noise can swamp 3 steps
+            assert any(note.startswith("end-to-end check inconclusive") for note in r["notes"])
+        else:
+            assert r["e2e_agrees"] is (abs(r["e2e_rel_diff"]) <= r["e2e_tolerance"])
 
 
 @pytest.mark.slow
@@ -162,6 +165,26 @@ def test_the_records_round_trip_and_make_the_lm_table(measured, tmp_path):
 
 
 # ---- the paths that stop before a model is built (here, in this process) -----------------
+
+
+@pytest.mark.parametrize(
+    "per_token, agrees, note",
+    [
+        ([10.0, 11.0, 12.0], True, ""),
+        ([14.0, 15.0, 16.0], False, "end-to-end TPOT 15.000 ms differs from the loop's 10.000"),
+        # Mamba-130m, T 1024, N 16 on this CPU: generate(1) is a 50 s prefill
+        ([-2452.2, -438.5, 3123.5], None, "end-to-end check inconclusive: per-token rounds"),
+        ([1.0, 10.0, 30.0], None, "end-to-end check inconclusive"),
+        ([], None, "end-to-end check: no paired round before the deadline"),
+    ],
+    ids=["agrees", "differs", "negative", "spread-over-1", "no-rounds"],
+)
+def test_the_end_to_end_verdict(per_token, agrees, note):
+    e2e_ms, rel_diff, tolerance, verdict, text = lm_cell.e2e_verdict(per_token, 10.0, 0.1)
+    assert verdict is agrees and text.startswith(note) and bool(text) == bool(note)
+    if per_token:
+        assert rel_diff == pytest.approx((e2e_ms - 10.0) / 10.0)
+        assert tolerance >= lm_cell.E2E_TOLERANCE
 
 
 def _spec(**kw) -> LMCellSpec:

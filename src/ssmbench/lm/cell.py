@@ -25,7 +25,8 @@ OOM, a timeout or a crash become ``status`` and ``reason`` (the helpers of
    until the budget is met; and the end-to-end check ``(generate(N) - generate(1)) / (N - 1)``
    in paired rounds (:func:`ssmbench.measure.timing.measure_pair`), which must fall within
    :data:`E2E_TOLERANCE` (or the two spreads, if larger) of the loop's median: a miss is a
-   note and ``e2e_agrees`` false, never a failure (timing noise is data);
+   note and ``e2e_agrees`` false, never a failure (timing noise is data), and rounds that
+   disagree by more than their value make it ``None``, inconclusive (:func:`e2e_verdict`);
 5. memory, from ONE run's allocator peak (:func:`ssmbench.measure.memory.measure_peak`):
    the run is a prefill (prefill cells) or the whole request, prefill and N - 1 steps
    (decode cells); peak = weights + the run's peak above its start; weights = bytes of the
@@ -416,7 +417,7 @@ def _generate(lm, ids, n: int):
 
 def _check_end_to_end(record: LMRecord, spec: LMCellSpec, lm, ids, deadline) -> None:
     """(generate(N) - generate(1)) / (N - 1) per paired round, against the loop's TPOT."""
-    from ssmbench.measure.timing import measure_pair, relative_spread
+    from ssmbench.measure.timing import measure_pair
 
     n = spec.new_tokens
     rounds = Timing(
@@ -431,21 +432,55 @@ def _check_end_to_end(record: LMRecord, spec: LMCellSpec, lm, ids, deadline) -> 
     )
     per_token = [(a - b) / (n - 1) for a, b in zip(long.samples_ms, short.samples_ms, strict=True)]
     record.e2e_samples_ms = per_token
-    if not per_token:
-        record.notes.append("end-to-end check: no paired round before the deadline")
-        return
-    record.e2e_tpot_ms = statistics.median(per_token)
-    loop = record.tpot_ms_median
-    record.e2e_rel_diff = (record.e2e_tpot_ms - loop) / loop
-    spreads = [s for s in (relative_spread(per_token), record.spread) if s is not None]
-    record.e2e_tolerance = max([E2E_TOLERANCE, *spreads])
-    record.e2e_agrees = abs(record.e2e_rel_diff) <= record.e2e_tolerance
-    if not record.e2e_agrees:
-        record.notes.append(
-            f"end-to-end TPOT {record.e2e_tpot_ms:.3f} ms differs from the loop's "
-            f"{loop:.3f} ms by {record.e2e_rel_diff:+.0%} (tolerance "
-            f"{record.e2e_tolerance:.0%}): flagged, not failed"
+    verdict = e2e_verdict(per_token, record.tpot_ms_median, record.spread)
+    record.e2e_tpot_ms, record.e2e_rel_diff, record.e2e_tolerance, record.e2e_agrees = verdict[:4]
+    if verdict[4]:
+        record.notes.append(verdict[4])
+
+
+def e2e_verdict(per_token_ms: list[float], loop_ms: float, loop_spread: float | None):
+    """(e2e TPOT ms, relative difference from the loop's, tolerance, agrees, note) of the
+    rounds' ``(generate(N) - generate(1)) / (N - 1)`` against the loop's median ``loop_ms``.
+
+    Agrees within :data:`E2E_TOLERANCE` or the larger of the two spreads.  Inconclusive
+    (agrees None) when the rounds disagree by more than their value (IQR over median above
+    1) or one is not positive: the difference of two generate times is then their noise,
+    as when the prefill takes far longer than N - 1 steps (Mamba-1's eager scan on a CPU)."""
+    from ssmbench.measure.timing import relative_spread
+
+    if not per_token_ms:
+        return None, None, None, None, "end-to-end check: no paired round before the deadline"
+    e2e_ms = statistics.median(per_token_ms)
+    rel_diff = (e2e_ms - loop_ms) / loop_ms
+    spread = relative_spread(per_token_ms)
+    tolerance = max([E2E_TOLERANCE, *(s for s in (spread, loop_spread) if s is not None)])
+    if min(per_token_ms) <= 0 or (spread is not None and spread > 1):
+        return (
+            e2e_ms,
+            rel_diff,
+            tolerance,
+            None,
+            (
+                f"end-to-end check inconclusive: per-token rounds {_ms(per_token_ms)} spread over "
+                "their value (generate(1)'s noise dominates the difference)"
+            ),
         )
+    if abs(rel_diff) <= tolerance:
+        return e2e_ms, rel_diff, tolerance, True, ""
+    return (
+        e2e_ms,
+        rel_diff,
+        tolerance,
+        False,
+        (
+            f"end-to-end TPOT {e2e_ms:.3f} ms differs from the loop's {loop_ms:.3f} ms by "
+            f"{rel_diff:+.0%} (tolerance {tolerance:.0%}): flagged, not failed"
+        ),
+    )
+
+
+def _ms(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.3g}" for v in values) + "] ms"
 
 
 def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids) -> None:
