@@ -52,6 +52,8 @@ LM_SCHEMA = pa.DataFrameSchema(
         "status": pa.Column(str, pa.Check.isin(list(STATUSES)), coerce=True),
         "n_samples": pa.Column(int, pa.Check.ge(0), coerce=True),
         **{c: pa.Column(float, pa.Check.ge(0), nullable=True, coerce=True) for c in NUMBERS[1:]},
+        # a difference of two generate times: negative where their noise swamps it
+        "e2e_tpot_ms": pa.Column(float, nullable=True, coerce=True),
         **{c: pa.Column("boolean", nullable=True, coerce=True) for c in FLAGS},
         **{c: pa.Column(str, coerce=True) for c in TEXT if c != "status"},
     },
