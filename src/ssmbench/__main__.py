@@ -7,6 +7,8 @@
     python -m ssmbench verify-provenance results/precollected   # shipped runs, unchanged?
     python -m ssmbench manifest results/precollected/cpu        # a shipped run's manifest
     python -m ssmbench clocks lock|restore|status
+    python -m ssmbench lm-cell --model mamba2-130m --backend hf-eager --phase decode \
+        --seq-len 256 --new-tokens 8 --preset ci --out r.json    # one whole-model cell
 
 ``verify`` of a graph backend (torch-graph, fused-graph) verifies its base backend and says
 so (``note``).  ``clocks`` locks the GPU's graphics clock at its highest supported value
@@ -23,6 +25,12 @@ manifest, only from files that their sidecars vouch for
 ``cell`` verifies the backend first (as the workflow does), then measures the cell with the
 size and timing budget of a preset (``--preset``, default ``cpu``) and prints its record as
 JSON; the workflow's bench rule calls the same :func:`ssmbench.cell.run_cell`.
+
+``lm-cell`` measures one whole-model cell (:func:`ssmbench.lm.cell.run_lm_cell`: the gate,
+then TTFT or TPOT, the memory split and energy) and prints its record; ``--preset`` is the
+model's size (full, reduced, ci: config/models.yaml) and ``--timing`` the config preset
+whose timing budget it takes.  For ``hf-eager`` it blocks the kernel packages before
+anything imports transformers (:func:`ssmbench.lm.backends.prepare`).
 """
 
 from __future__ import annotations
@@ -110,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     clocks.add_argument("action", choices=["lock", "restore", "status"])
     clocks.add_argument("--gpu", type=int, default=0, help="nvidia-smi device index")
 
+    _lm_cell_parser(sub)
+
     args = parser.parse_args(argv)
+    if args.command == "lm-cell":
+        return _lm_cell(args)
     if args.command == "clocks":
         return _clocks(args.action, args.gpu)
     if args.command == "plan":
@@ -164,6 +176,83 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(json.dumps(record.to_dict(), indent=1))
+    return 0 if record.status == "ok" else 1
+
+
+def _lm_cell_parser(sub) -> None:
+    from ssmbench.lm import backends, zoo
+
+    lm = sub.add_parser("lm-cell", help="measure one whole-model cell and print its record")
+    lm.add_argument("--model", required=True, choices=list(zoo.entries()))
+    lm.add_argument("--backend", required=True, choices=list(backends.BACKENDS))
+    lm.add_argument("--phase", default="prefill", choices=["prefill", "decode"])
+    lm.add_argument("--batch", type=positive_int, default=1)
+    lm.add_argument("--seq-len", type=positive_int, required=True)
+    lm.add_argument(
+        "--new-tokens",
+        type=positive_int,
+        help="decode: N of generate(N), N - 1 timed steps (default 16); prefill: 1",
+    )
+    lm.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    lm.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    lm.add_argument("--preset", default="full", choices=list(zoo.PRESETS), help="model size")
+    lm.add_argument(
+        "--timing",
+        help="the config preset whose timing budget to use (default: ci for --preset ci, "
+        "else the device's: cpu or gpu)",
+    )
+    lm.add_argument("--min-samples", type=positive_int, help="override the budget's")
+    lm.add_argument("--max-time-s", type=float, help="override the budget's")
+    lm.add_argument("--timeout-s", type=float, help="override the budget's")
+    lm.add_argument("--seed", type=int, default=0)
+    lm.add_argument("--run", default="adhoc")
+    lm.add_argument("--threads", type=positive_int, help="CPU threads (default: all cores)")
+    lm.add_argument("--mem-limit-gb", type=float, help="cap the address space (RLIMIT_AS)")
+    lm.add_argument("--no-verify", action="store_true", help="time without the gate first")
+    lm.add_argument("--out", help="also write the record to this path")
+
+
+def _lm_cell(args) -> int:
+    """One whole-model cell: block the kernel packages first (hf-eager), then measure."""
+    from ssmbench.lm import backends
+
+    backends.prepare(args.backend)  # before anything imports transformers
+    from ssmbench.lm.cell import LMCellSpec, run_lm_cell
+    from ssmbench.lm.record import write_lm_record
+
+    timing_preset = args.timing or (
+        "ci" if args.preset == "ci" else {"cpu": "cpu", "cuda": "gpu"}[args.device]
+    )
+    timing = dict(_preset(timing_preset)["timing"])
+    for key in ("min_samples", "max_time_s", "timeout_s"):
+        if getattr(args, key) is not None:
+            timing[key] = getattr(args, key)
+    timing["max_samples"] = max(timing["max_samples"], timing["min_samples"])
+    new_tokens = args.new_tokens or (16 if args.phase == "decode" else 1)
+    try:
+        spec = LMCellSpec(
+            model=args.model,
+            backend=args.backend,
+            phase=args.phase,
+            batch=args.batch,
+            seq_len=args.seq_len,
+            new_tokens=new_tokens,
+            dtype=args.dtype,
+            device=args.device,
+            preset=args.preset,
+            timing=sbconfig.Timing(**timing),
+            seed=args.seed,
+            run=args.run,
+        )
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.mem_limit_gb:
+        cap_address_space(args.mem_limit_gb)
+    record = run_lm_cell(spec, threads=args.threads, gate=not args.no_verify)
+    if args.out:
+        write_lm_record(args.out, record)
+    print(json.dumps(record.to_dict(), indent=1))
     return 0 if record.status == "ok" else 1
 
 

@@ -155,3 +155,25 @@ def precollected_table(run: str, name: str, precollected: str = PRECOLLECTED) ->
 def verified(run: str) -> str:
     """The stamp saying that precollected run ``run`` matched its manifest and sidecars."""
     return VERIFIED.format(run=run)
+
+
+# Whole-model cells (ssmbench.lm.cell): a record per (model, backend, phase, batch, T,
+# new tokens N, dtype), and the run's table of them (ssmbench.lm.table)
+LM_CELL = (
+    "results/{run}/lm/{model}/{backend}/{phase}/b{batch}-t{seq_len}-g{new_tokens}-{dtype}.json"
+)
+LM_TABLES = ("lm.csv", "lm.parquet")
+
+
+def lm_cell_record(run: str, cell) -> str:
+    """``cell`` has the axes of ``ssmbench.lm.cell.LMCellSpec`` as attributes."""
+    return LM_CELL.format(
+        run=run,
+        model=cell.model,
+        backend=cell.backend,
+        phase=cell.phase,
+        batch=cell.batch,
+        seq_len=cell.seq_len,
+        new_tokens=cell.new_tokens,
+        dtype=cell.dtype,
+    )
