@@ -193,15 +193,21 @@ def valid_record_fast(data: dict) -> bool:
     return True
 
 
-def validate_record(data: dict, path: str | os.PathLike = "<record>") -> None:
-    """Raise ``ValueError`` naming the file and the field when ``data`` breaks the schema."""
+def check_schema(validator, data: dict, path: str | os.PathLike) -> None:
+    """Raise :class:`RecordError` naming the file and the field where ``data`` breaks the
+    schema of ``validator`` (jsonschema's best match of its errors)."""
     try:
-        error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
+        error = jsonschema.exceptions.best_match(validator.iter_errors(data))
         if error is not None:
             raise error
     except jsonschema.ValidationError as e:
         where = ".".join(map(str, e.absolute_path)) or "<top level>"
         raise RecordError(f"{path}: field {where}: {e.message}") from None
+
+
+def validate_record(data: dict, path: str | os.PathLike = "<record>") -> None:
+    """Raise ``ValueError`` naming the file and the field when ``data`` breaks the schema."""
+    check_schema(_validator(), data, path)
 
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 import jsonschema
 
 from ssmbench.config import REPO
-from ssmbench.records import write_json_atomic
+from ssmbench.records import check_schema, read_json, write_json_atomic
 
 SCHEMA = REPO / "workflow" / "schemas" / "lm_record.schema.json"
 SCHEMA_VERSION = 1
@@ -112,10 +112,7 @@ def _validator() -> jsonschema.protocols.Validator:
 
 def validate_lm_record(data: dict, path: str | os.PathLike = "<lm record>") -> None:
     """Raise ``ValueError`` naming the file and the field when ``data`` breaks the schema."""
-    error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
-    if error is not None:
-        where = ".".join(map(str, error.absolute_path)) or "<top level>"
-        raise ValueError(f"{path}: field {where}: {error.message}")
+    check_schema(_validator(), data, path)
 
 
 def write_lm_record(path: str | os.PathLike, record: LMRecord) -> None:
@@ -126,7 +123,7 @@ def write_lm_record(path: str | os.PathLike, record: LMRecord) -> None:
 
 
 def read_lm_record(path: str | os.PathLike) -> LMRecord:
-    with open(path) as f:
-        data = json.load(f)
+    """An lm record, checked against its schema; any fault names the file and the field."""
+    data = read_json(path)
     validate_lm_record(data, path)
     return LMRecord.from_dict(data)
