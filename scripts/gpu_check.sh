@@ -172,7 +172,7 @@ echo "== run ended after $(elapsed) s: snakemake exit status $status${STOPPED:+,
 
 # 4. a run that did not finish: tables and figures from what it left, nothing measured
 if [ "$status" -ne 0 ] || [ -n "$STOPPED" ]; then
-    "$PY" -m snakemake --unlock --config "${CONFIG[@]}" >/dev/null 2>&1
+    "$PY" -m snakemake --cores 1 --unlock --config "${CONFIG[@]}" >/dev/null 2>&1
     FINISH_BY=""
     [ -n "$BUDGET_S" ] && FINISH_BY=$(( START + BUDGET_S - 20 ))  # 20 s left to pack
     echo "== finishing from the records that exist (partial=${STOPPED:-failure})"
