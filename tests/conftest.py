@@ -100,6 +100,20 @@ def make_record(**kw):
     return CellRecord(**base)
 
 
+def sampled_record(samples, **kw):
+    """:func:`make_record` holding ``samples`` (ms), with their count, median and P95."""
+    import numpy as np
+
+    samples = [float(s) for s in samples]
+    return make_record(
+        samples_ms=samples,
+        n_samples=len(samples),
+        time_ms_median=float(np.median(samples)),
+        time_ms_p95=float(np.percentile(samples, 95)),
+        **kw,
+    )
+
+
 def paired_record(model, ratio, n=30, noise=0.02, seed=0, **kw):
     """A paired decode record of ``model`` against attention: ``n`` rounds whose true ratio
     is ``ratio``, with ``noise`` and a 50% drift shared by both sides."""

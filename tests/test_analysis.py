@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ssmbench import analysis, figures, tables
-from tests.conftest import make_record, paired_record
+from tests.conftest import make_record, paired_record, sampled_record
 from tests.test_figures import FAMILIES, LENGTHS, graph_cells, synthetic_cells
 
 
@@ -21,16 +21,13 @@ def go_no_go_cells(attention_ms=2.0):
     for model, ms in (("attention", attention_ms), ("mamba2", 1.0), ("mamba", 1.0)):
         samples = list(ms * (1 + 0.3 * rng.standard_normal(20)).clip(0.5))
         records.append(
-            make_record(
+            sampled_record(
+                samples,
                 model=model,
                 backend="torch",
                 phase="decode",
                 seq_len=256,
                 d_state=0 if model == "attention" else 16,
-                samples_ms=samples,
-                n_samples=len(samples),
-                time_ms_median=float(np.median(samples)),
-                time_ms_p95=float(np.percentile(samples, 95)),
             )
         )
     return tables.cells_table(records), tables.samples_table(records)
@@ -77,22 +74,11 @@ def test_the_verdict_gives_intervals_inconclusive_points_and_precision():
 
 
 def test_speedups_with_intervals_and_rows_for_graph_cells_that_did_not_run():
-
     rng = np.random.default_rng(0)
     records = []
     for backend, ms in (("torch", 3.0), ("torch-graph", 1.0)):
         s = list(ms * (1 + 0.05 * rng.standard_normal(20)))
-        records.append(
-            make_record(
-                model="mamba2",
-                backend=backend,
-                phase="decode",
-                samples_ms=s,
-                n_samples=20,
-                time_ms_median=float(np.median(s)),
-                time_ms_p95=float(np.percentile(s, 95)),
-            )
-        )
+        records.append(sampled_record(s, model="mamba2", backend=backend, phase="decode"))
     records.append(
         make_record(
             model="mamba2",

@@ -252,22 +252,13 @@ def test_a_latency_ratio_claim_carries_its_interval_with_the_samples():
     import numpy as np
 
     from ssmbench import tables
-    from tests.conftest import make_record
+    from tests.conftest import sampled_record
 
     rng = np.random.default_rng(0)
     records = []
     for model, ms in (("mamba", 6.0), ("mamba2", 2.0)):
         s = list(ms * (1 + 0.05 * rng.standard_normal(30)))
-        records.append(
-            make_record(
-                model=model,
-                backend="torch",
-                samples_ms=s,
-                n_samples=30,
-                time_ms_median=float(np.median(s)),
-                time_ms_p95=float(np.percentile(s, 95)),
-            )
-        )
+        records.append(sampled_record(s, model=model, backend="torch"))
     cells, samples = tables.cells_table(records), tables.samples_table(records)
     claim = {
         "id": "t",
