@@ -19,6 +19,7 @@ include: "workflow/rules/bench.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/import.smk"
+include: "workflow/rules/lm.smk"
 
 
 # One run at a time in this checkout (ssmbench.runlock): taken when a real run starts,
@@ -52,4 +53,8 @@ rule all:
     default_target: True
     input:
         all_targets(),
-        with_prov([VERDICT, paths.table(RUN, "go_no_go.csv")]) if LIVE else [],
+        (
+            with_prov([VERDICT, paths.table(RUN, "go_no_go.csv")])
+            if LIVE and PLAN.kind == "blocks"
+            else []
+        ),

@@ -17,8 +17,10 @@ with logged(snakemake):
     started = now()
     out = snakemake.output
     parameters = dict(snakemake.params.filters)
+    # a whole-model run's tables are drawn as cells and ops (ssmbench.lm.table.cells_view)
+    kind = {"lm": "cells", "lm_ops": "ops"}.get(snakemake.params.table, snakemake.params.table)
     parameters.update(
-        **{f"{snakemake.params.table}_path": os.path.abspath(snakemake.input.table)},
+        **{f"{kind}_path": os.path.abspath(snakemake.input.table)},
         out_pdf=os.path.abspath(out.pdf),
         out_png=os.path.abspath(out.png),
     )

@@ -1,11 +1,14 @@
 """Rule figure_table: the cells (or operator profiles) one figure needs, as a table of its
-own; a figure of one of the run's own tables (claims, go/no-go, speed-ups) gets a copy."""
+own; a figure of one of the run's own tables (claims, go/no-go, speed-ups, a whole-model
+run's lm_ops) gets a copy, and of its lm table the cells' view of it
+(ssmbench.lm.table.cells_view), which the block figures' notebooks draw."""
 
 import shutil
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.config import RUN_TABLES
+from ssmbench.lm.table import cells_view, read_lm_table
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import read_record
 from ssmbench.scripting import logged
@@ -14,10 +17,14 @@ from ssmbench.tables import cells_table, ops_table, write_tables
 with logged(snakemake):
     started = now()
     out = snakemake.output.table
-    if snakemake.params.table in RUN_TABLES:  # already a table: copied, the figure reads one
+    table = snakemake.params.table
+    if table in (*RUN_TABLES, "lm_ops"):  # already a table: copied, the figure reads one
         (table_csv,) = snakemake.input.cells
         shutil.copyfile(table_csv, out)
-    elif snakemake.params.table == "ops":
+    elif table == "lm":
+        (table_csv,) = snakemake.input.cells
+        cells_view(read_lm_table(table_csv)).to_csv(out, index=False)
+    elif table == "ops":
         write_tables({"ops": ops_table(snakemake.input.cells)}, {"ops.csv": out})
     else:
         cells = cells_table(read_record(p) for p in snakemake.input.cells)

@@ -173,6 +173,10 @@ def test_every_list_of_backends_is_the_registrys():
             return ([found] if found else []) + [e for v in node.values() for e in enums(v)]
         return [e for v in node for e in enums(v)] if isinstance(node, list) else []
 
+    from ssmbench.lm import backends as lm_backends
+
+    lm_sweep = schema["$defs"].pop("lm_sweep")  # whole models have backends of their own
+    assert enums(lm_sweep) == [list(lm_backends.BACKENDS)]
     assert len(enums(schema)) == 2 and "torch-mixed" in backends
     for names in (*enums(schema), cli.BACKENDS, style.BACKEND_STYLES, BACKEND_TIERS):
         assert sorted(names) == sorted(backends)

@@ -15,6 +15,8 @@ import yaml
 from ssmbench import cell as cell_mod
 from ssmbench import outcome, paths, records
 from ssmbench.config import Cell, Size, Timing
+from ssmbench.lm.matrix import LMCell, LMMatrix
+from ssmbench.lm.record import LMRecord, write_lm_record
 from ssmbench.records import CellRecord
 from tests.conftest import snakemake
 
@@ -26,8 +28,11 @@ CELLS = [
 ]
 
 
-def plan_of(cells, run="r"):
-    return SimpleNamespace(source="live", run=run, cells=cells)
+def plan_of(cells, run="r", lm_cells=()):
+    lm = LMMatrix(size="ci", cells=tuple(lm_cells))
+    return SimpleNamespace(
+        source="live", run=run, cells=cells, lm=lm, kind="lm" if lm_cells else "blocks"
+    )
 
 
 def save(c: Cell, status: str, reason: str = "", run: str = "r") -> None:
@@ -51,6 +56,37 @@ def test_the_end_of_a_run_names_every_failed_cell(tmp_path, monkeypatch, capsys)
     assert "  attention/torch/decode b1 t64: failed: RuntimeError: shapes do not match\n" in err
     assert "  s4d/naive/train b2 t32: timeout: the cell's budget of timeout_s=1 s ran out" in err
     assert "Traceback" not in err  # the reason's first line only
+
+
+def test_a_whole_model_run_names_its_failed_cells_and_exits_non_zero_when_all_did(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    cells = [
+        LMCell("mamba-130m", "hf-eager", "prefill", 1, 16, 1, "fp32"),
+        LMCell("qwen2.5-0.5b", "hf-eager", "decode", 1, 16, 4, "fp32"),
+        LMCell("hymba-1.5b", "hf-eager", "prefill", 1, 16, 1, "fp32"),
+    ]
+    for c, status, reason in zip(
+        cells,
+        ["failed", "oom", "unavailable"],
+        [
+            "correctness gate failed for mamba-130m",
+            "MemoryError: ",
+            "remote code imports flash_attn",
+        ],
+        strict=True,
+    ):
+        record = LMRecord(
+            run="r", **vars(c), device="cpu", preset="ci", status=status, reason=reason
+        )
+        write_lm_record(paths.lm_cell_record("r", c), record)
+    with pytest.raises(SystemExit, match="every measured cell of r failed"):
+        outcome.at_end(plan_of([], lm_cells=cells), succeeded=True)
+    err = capsys.readouterr().err
+    assert "ssm-bench: r: 3 cells: failed 1, oom 1, unavailable 1" in err
+    assert "  mamba-130m/hf-eager/prefill b1 t16 g1 fp32: failed: correctness gate failed" in err
+    assert "  qwen2.5-0.5b/hf-eager/decode b1 t16 g4 fp32: oom: MemoryError:" in err
 
 
 def test_a_run_whose_every_measured_cell_failed_exits_non_zero(tmp_path, monkeypatch, capsys):

@@ -162,10 +162,46 @@ def paired_seconds(plan: Plan, costs: Costs) -> float:
     return seconds
 
 
+# A whole-model job (ssmbench.lm) also imports transformers (about 3 s on the 2-core VM)
+# and builds the model with random weights: seconds per billion parameters initialised,
+# about 20 s/B on the VM's two cores (Qwen2.5-0.5B in ~10 s), far less on a GPU.
+LM_IMPORT_S = 3.0
+LM_BUILD_S_PER_B = {"cpu": 20.0, "cuda": 2.0}
+
+
+def lm_jobs(plan: Plan, costs: Costs) -> list[Job]:
+    """The jobs of a whole-model plan.  A floor, not a bound: a cell is timed for its
+    ``max_time_s``, but at least ``warmup`` + ``min_samples`` calls, and a full-size prefill
+    at a long T can take longer than that budget per call; the gate builds the model too."""
+    from ssmbench.lm.zoo import entry
+
+    t = plan.timing
+    boot = costs.start_s + costs.cuda_init_s + LM_IMPORT_S
+
+    def build_s(model: str) -> float:
+        params = entry(model).params or 0.0
+        scale = 1.0 if plan.lm.size == "full" else 0.01
+        return LM_BUILD_S_PER_B[plan.device] * params / 1e9 * scale
+
+    out = [Job("lm_verify", "/".join(k), boot + build_s(k[0])) for k in plan.lm.verified]
+    for c in plan.lm.cells:
+        seconds = boot + build_s(c.model) + t.warmup_s + t.max_time_s + ENERGY_WINDOW_S
+        if t.timeout_s is not None:
+            seconds = min(seconds, boot + t.timeout_s)
+        out.append(Job("lm_bench", c.name, seconds))
+    for c in sorted(plan.lm.profiled):
+        out.append(Job("lm_profile", c.name, boot + build_s(c.model) + costs.profile_s))
+    out.append(Job("lm_aggregate", "tables, claims", costs.aggregate_s))
+    return out
+
+
 def jobs(plan: Plan) -> list[Job]:
     """Every job of ``plan`` with its estimated seconds, in the order the run schedules
     them (calibration, then verification, prewarming and cells, headline first)."""
     costs = costs_for(plan.device)
+    if plan.kind == "lm":
+        figures = [Job("figure", n, costs.figure_s / costs.parallel) for n in plan.figures]
+        return lm_jobs(plan, costs) + figures
     boot = costs.start_s + costs.cuda_init_s
     out = [Job("calibrate", "calibrate", boot + costs.calibrate_s)]
     jit_seen: set[str] = set()
@@ -213,6 +249,9 @@ def describe(plan: Plan) -> str:
     lines = [
         f"plan of run {plan.run!r} (preset {plan.preset}, device {plan.device}): "
         f"{len(plan.cells)} cells, {len(plan.headline)} of them headline"
+        if plan.kind == "blocks"
+        else f"{len(plan.lm.cells)} whole-model cells ({plan.lm.size} size); a floor "
+        "(ssmbench.budget.lm_jobs)"
     ]
     lines.append(f"  {'rule':10s} {'jobs':>5s} {'estimated s':>12s}")
     for rule in dict.fromkeys(j.rule for j in plan_jobs):

@@ -17,6 +17,9 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from ssmbench.errors import ConfigError
+from ssmbench.lm.matrix import LMCell, LMMatrix, matrix
+
 # NO_STATE (the families whose cells pin d_state to 0, n0), GRAPH_BACKENDS (the decode step
 # of a base backend replayed in a CUDA graph, ssmbench.cell) and verified_backend are the
 # registry's; the rest of the package also reads them from here.
@@ -120,10 +123,6 @@ def _widened(family: str, backend: str, phase: str) -> bool:
     return family not in HALF_MATMULS.get(backend, ())
 
 
-class ConfigError(ValueError):
-    """A config the workflow refuses to run; the message names the key and the value."""
-
-
 @dataclass(frozen=True)
 class Size:
     """Block size shared by every family of a run (the preset's ``size``).
@@ -202,6 +201,17 @@ FIGURE_TABLES = {
 }
 # the tables a figure copies as they are, made by the aggregate or verdict rule
 RUN_TABLES = ("claims", "go_no_go", "speedups")
+# A whole-model run's figures: the block figures of SSM-Scope's kinds, drawn by the same
+# notebooks from its lm tables (ssmbench.lm.table.cells_view), and its claims; name ->
+# the phase it shows (None: all)
+LM_FIGURES = {
+    "ttft_tpot_crossover": None,
+    "memory_footprint": "prefill",  # SSM-Scope's Fig. 5: the prefill's footprint
+    "energy_per_token": None,
+    "throughput": None,
+    "op_breakdown": None,
+    "claims": None,
+}
 
 
 @dataclass(frozen=True)
@@ -210,11 +220,16 @@ class FigureSpec:
     phase: str | None = None
     models: tuple[str, ...] | None = None
     backends: tuple[str, ...] | None = None
+    lm: bool = False  # a whole-model run's figure, drawn from its lm tables
 
     @property
     def table(self) -> str:
-        """The table the figure reads: ``"cells"``, ``"ops"`` or one of RUN_TABLES."""
-        return FIGURE_TABLES.get(self.name, "cells")
+        """The table the figure reads: ``"cells"``, ``"ops"``, one of RUN_TABLES, or for a
+        whole-model run ``"lm"`` or ``"lm_ops"``."""
+        table = FIGURE_TABLES.get(self.name, "cells")
+        if self.lm and table in ("cells", "ops"):
+            return f"lm_{table}" if table == "ops" else "lm"
+        return table
 
     def selects(self, cell: Cell) -> bool:
         return (
@@ -231,7 +246,7 @@ class Plan:
     preset: str
     run: str
     device: str
-    size: Size
+    size: Size | None  # the blocks' size; None for a preset of whole models only
     timing: Timing
     cells: tuple[Cell, ...]
     figures: dict[str, FigureSpec]
@@ -256,6 +271,13 @@ class Plan:
     # timed against attention at the same axes, in one job, under `paired_timing`
     paired: tuple[Cell, ...] = field(default=())
     paired_timing: Timing | None = None
+    # whole language models (preset key `lm`, ssmbench.lm.matrix)
+    lm: LMMatrix = field(default=LMMatrix())
+
+    @property
+    def kind(self) -> str:
+        """``"blocks"`` (the mixer blocks of ssmbench.models) or ``"lm"`` (whole models)."""
+        return "lm" if self.lm.cells else "blocks"
 
     # Lookups, built once per plan.  Snakemake calls the workflow's input functions once
     # or more per job, so each must answer in constant time: a test against the tuple of
@@ -265,6 +287,11 @@ class Plan:
     def cell_set(self) -> frozenset[Cell]:
         """The cells, for ``cell in plan.cell_set``."""
         return frozenset(self.cells)
+
+    @cached_property
+    def lm_cell_set(self) -> frozenset[LMCell]:
+        """The whole-model cells, for ``cell in plan.lm_cell_set``."""
+        return frozenset(self.lm.cells)
 
     @cached_property
     def paired_set(self) -> frozenset[Cell]:
@@ -424,14 +451,15 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     t = preset["timing"]
     _check_timing(t, lambda key: f"presets.{name}.timing.{key}")
     _check_memory(name, preset)
+    _check_kind(name, preset)
+    lm = matrix(name, preset)
 
-    cells = sorted({c for sweep in preset["sweeps"] for c in expand_sweep(sweep)})
-    profiled = frozenset(
-        c for sweep in preset["sweeps"] if sweep.get("profile") for c in expand_sweep(sweep)
-    )
+    sweeps = preset.get("sweeps", [])
+    cells = sorted({c for sweep in sweeps for c in expand_sweep(sweep)})
+    profiled = frozenset(c for sweep in sweeps if sweep.get("profile") for c in expand_sweep(sweep))
     random_cache = frozenset(
         c
-        for sweep in preset["sweeps"]
+        for sweep in sweeps
         if sweep.get("cache") == "random"
         for c in expand_sweep(sweep)
         if c.phase == "decode"
@@ -464,21 +492,23 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         for fig, spec in config["figures"].items()
     }
     source = config["source"]
-    if source == "live":
+    if lm.cells:  # config key `figures` filters the block figures
+        figures = lm_figures(profiled=bool(lm.profiled))
+    elif source == "live":
         for spec in figures.values():
             _check_figure(name, spec, sorted(profiled) if spec.table == "ops" else cells)
     precollected_dir = config.get("precollected_dir", "results/precollected")
     if source == "precollected" and not precollected_runs(precollected_dir):
         raise ConfigError(
             f"config key precollected_dir: no run in {precollected_dir!r} (a run is a "
-            "folder with tables/cells.csv) for source=precollected to draw"
+            "folder with tables/cells.csv or lm.csv) for source=precollected to draw"
         )
 
     return Plan(
         preset=name,
         run=_run_name(config, name, preset),
         device=preset["device"],
-        size=Size(**preset["size"]),
+        size=Size(**preset["size"]) if "size" in preset else None,
         timing=Timing(**t),
         cells=tuple(cells),
         figures=figures,
@@ -496,7 +526,34 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         partial=_stop_reason(config.get("partial", False)),
         paired=paired,
         paired_timing=paired_timing,
+        lm=lm,
     )
+
+
+def lm_figures(profiled: bool = True) -> dict[str, FigureSpec]:
+    """A whole-model run's figures (LM_FIGURES): op_breakdown only with profiled cells."""
+    return {
+        name: FigureSpec(name, phase, lm=True)
+        for name, phase in LM_FIGURES.items()
+        if profiled or name != "op_breakdown"
+    }
+
+
+def _check_kind(name: str, preset: dict) -> None:
+    """A preset measures blocks (``size`` and ``sweeps``) or whole models (``lm``)."""
+    where = f"config key presets.{name}"
+    if "lm" in preset and "sweeps" in preset:
+        raise ConfigError(
+            f"{where}: has both sweeps (blocks) and lm (whole models); a run measures one "
+            "kind (their figures share names): make two presets"
+        )
+    if "lm" not in preset and "sweeps" not in preset:
+        raise ConfigError(f"{where}: needs sweeps (block cells) or lm (whole models)")
+    if "sweeps" in preset and "size" not in preset:
+        raise ConfigError(f"{where}.size: the blocks' size is needed with sweeps")
+    for key in ("headline", "paired", "size"):
+        if "lm" in preset and key in preset:
+            raise ConfigError(f"{where}.{key}: is for block cells; a preset of lm has none")
 
 
 def _paired(name: str, preset: dict) -> tuple[tuple[Cell, ...], Timing | None]:
@@ -635,8 +692,18 @@ def _check_figure(preset: str, spec: FigureSpec, cells: list[Cell]) -> None:
 
 
 def precollected_runs(directory: str | os.PathLike) -> list[str]:
-    """Names of the runs shipped under ``directory`` (those with a cells table)."""
+    """Names of the runs shipped under ``directory`` (those with a cells or lm table)."""
     root = Path(directory)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "tables" / "cells.csv").is_file())
+    return sorted(p.name for p in root.iterdir() if shipped_kind(p))
+
+
+def shipped_kind(run_dir: str | os.PathLike) -> str | None:
+    """``"blocks"`` or ``"lm"``: which table a shipped run has; None when neither."""
+    tables = Path(run_dir) / "tables"
+    if (tables / "cells.csv").is_file():
+        return "blocks"
+    if (tables / "lm.csv").is_file():
+        return "lm"
+    return None

@@ -43,6 +43,7 @@ from ssmbench import paths, provenance, runlock
 from ssmbench.paired import validate_paired
 from ssmbench.records import (
     DEVICE_KEYS,
+    LM_VERIFY_KEYS,
     PREWARM_KEYS,
     RecordError,
     parse_json,
@@ -122,6 +123,16 @@ def _ops(blob: bytes, path: str) -> None:
             raise RecordError(f"{path}: line {i}: {len(row)} fields, the header has {len(header)}")
 
 
+def _lm_cell(blob: bytes, path: str) -> None:
+    from ssmbench.lm.record import validate_lm_record
+
+    validate_lm_record(parse_json(blob, path), path)
+
+
+def _lm_verify(blob: bytes, path: str) -> None:
+    require_keys(parse_json(blob, path), LM_VERIFY_KEYS, path, "lm gate record")
+
+
 def _bytes_only(blob: bytes, path: str) -> None:
     """An output with no reader here (a Chrome trace): its sidecar's hash is the check."""
 
@@ -143,6 +154,11 @@ def planned_outputs(plan) -> list[tuple[str, Check]]:
     outputs += [(paths.paired_record(run, c), _paired) for c in plan.paired]
     for c in sorted(plan.profiled):
         outputs += [(paths.ops(run, c), _ops), (paths.trace(run, c), _bytes_only)]
+    lm = plan.lm  # whole models (ssmbench.lm)
+    outputs += [(paths.lm_verify(run, *key), _lm_verify) for key in lm.verified]
+    outputs += [(paths.lm_cell_record(run, c), _lm_cell) for c in lm.cells]
+    for c in sorted(lm.profiled):
+        outputs += [(paths.lm_ops(run, c), _ops), (paths.lm_trace(run, c), _bytes_only)]
     return outputs
 
 
@@ -192,7 +208,8 @@ def stale_tables(plan, unfinished: list[str], write: bool, log) -> None:
     would find nothing to do and the tables would go on showing a row without a record.
     So the sidecar of the first table goes, and ``aggregate`` must run again, after the
     jobs that remake what is missing."""
-    sidecar = paths.prov(paths.table(plan.run, paths.TABLES[0]))
+    first = paths.LM_TABLES[0] if plan.kind == "lm" else paths.TABLES[0]
+    sidecar = paths.prov(paths.table(plan.run, first))
     if not unfinished or not os.path.exists(sidecar):
         return
     shown = unfinished[:LISTED]
@@ -208,7 +225,7 @@ def stale_tables(plan, unfinished: list[str], write: bool, log) -> None:
 
 
 # The outputs the cells read (``ancient()`` inputs of bench, paired, profile, prewarm)
-UPSTREAM = (_device, _verify, _prewarm)
+UPSTREAM = (_device, _verify, _prewarm, _lm_verify)
 STAND_IN = {
     "stand_in": "this file holds the place of an output that was missing or bad; its job "
     "remakes it before any job reads it (ssmbench.heal)"

@@ -50,9 +50,12 @@ def cell_statuses(plan) -> tuple[Counter, list[str]]:
     without a record counts as ``no record``, an unreadable one as ``unreadable``."""
     counts: Counter = Counter()
     failed = []
-    for c in plan.cells:
-        path = paths.cell_record(plan.run, c)
-        name = f"{c.model}/{c.backend}/{c.phase} b{c.batch} t{c.seq_len}"
+    blocks = [
+        (paths.cell_record(plan.run, c), f"{c.model}/{c.backend}/{c.phase} b{c.batch} t{c.seq_len}")
+        for c in plan.cells
+    ]
+    models = [(paths.lm_cell_record(plan.run, c), c.name) for c in plan.lm.cells]
+    for path, name in blocks + models:
         if not os.path.exists(path):
             counts["no record"] += 1
             continue
@@ -78,7 +81,7 @@ def summary(plan) -> tuple[str, bool]:
         lines.append(f"ssm-bench: {len(failed)} of {measured} measured cells failed:")
         lines += failed[:LISTED]
         if len(failed) > LISTED:
-            table = paths.table(plan.run, "cells.csv")
+            table = paths.table(plan.run, "lm.csv" if plan.kind == "lm" else "cells.csv")
             lines.append(f"  ... and {len(failed) - LISTED} more (status and reason in {table})")
     all_failed = measured > 0 and len(failed) == measured
     return "\n".join(lines), all_failed

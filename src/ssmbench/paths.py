@@ -159,15 +159,26 @@ def verified(run: str) -> str:
 
 # Whole-model cells (ssmbench.lm.cell): a record per (model, backend, phase, batch, T,
 # new tokens N, dtype), and the run's table of them (ssmbench.lm.table)
-LM_CELL = (
-    "results/{run}/lm/{model}/{backend}/{phase}/b{batch}-t{seq_len}-g{new_tokens}-{dtype}.json"
-)
-LM_TABLES = ("lm.csv", "lm.parquet")
+_LM_AXES = "{model}/{backend}/{phase}/b{batch}-t{seq_len}-g{new_tokens}-{dtype}"
+LM_CELL = "results/{run}/lm/" + _LM_AXES + ".json"
+LM_LOG = "logs/{run}/lm/" + _LM_AXES + ".log"
+# the gate of one (model, backend, dtype), run once before its cells (ssmbench.lm.verify)
+LM_VERIFY = "results/{run}/lm-verify/{model}/{backend}-{dtype}.json"
+# a profiled cell's operators (ops.csv's columns) and its Chrome trace
+LM_PROFILE = "results/{run}/lm-profile/" + _LM_AXES
+LM_OPS = LM_PROFILE + ".ops.csv"
+LM_TRACE = LM_PROFILE + ".trace.json.gz"
+# the tables rule lm_aggregate writes (claims.csv: config/claims.yaml on the lm cells)
+LM_TABLES = ("lm.csv", "lm.parquet", "lm_ops.csv", "claims.csv")
 
 
 def lm_cell_record(run: str, cell) -> str:
     """``cell`` has the axes of ``ssmbench.lm.cell.LMCellSpec`` as attributes."""
-    return LM_CELL.format(
+    return _lm_path(LM_CELL, run, cell)
+
+
+def _lm_path(pattern: str, run: str, cell) -> str:
+    return pattern.format(
         run=run,
         model=cell.model,
         backend=cell.backend,
@@ -177,3 +188,19 @@ def lm_cell_record(run: str, cell) -> str:
         new_tokens=cell.new_tokens,
         dtype=cell.dtype,
     )
+
+
+def lm_log(run: str, cell) -> str:
+    return _lm_path(LM_LOG, run, cell)
+
+
+def lm_verify(run: str, model: str, backend: str, dtype: str) -> str:
+    return LM_VERIFY.format(run=run, model=model, backend=backend, dtype=dtype)
+
+
+def lm_ops(run: str, cell) -> str:
+    return _lm_path(LM_OPS, run, cell)
+
+
+def lm_trace(run: str, cell) -> str:
+    return _lm_path(LM_TRACE, run, cell)

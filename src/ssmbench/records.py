@@ -282,6 +282,8 @@ def read_verify(path: str | os.PathLike) -> dict:
 # What the cells read of the run's device.json (rule calibrate) and of a prewarm record
 DEVICE_KEYS = ("status", "reason", "device")
 PREWARM_KEYS = ("status", "reason", "shapes")
+# a whole model's gate (rule lm_verify): passed, failed or unavailable, and why
+LM_VERIFY_KEYS = ("model", "backend", "dtype", "device", "status", "reason", "passed", "checks")
 
 
 def read_device(path: str | os.PathLike) -> dict:

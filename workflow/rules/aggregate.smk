@@ -40,7 +40,7 @@ rule aggregate:
         planned=planned_cells,
         planned_paired=planned_paired,
         stopped=PLAN.partial,
-        size=vars(PLAN.size),
+        size=SIZE,
         device=PLAN.device,
     script:
         "../../scripts/aggregate.py"

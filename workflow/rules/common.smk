@@ -13,8 +13,11 @@ from ssmbench.config import (  # noqa: E402
     Cell,
     RUN_TABLES,
     ConfigError,
+    LMCell,
+    lm_figures,
     plan,
     precollected_runs,
+    shipped_kind,
     verified_backend,
     visible_gpus,
 )
@@ -30,6 +33,7 @@ except ConfigError as error:
 # aside before Snakemake plans, so their jobs rerun (ssmbench.heal)
 heal.heal_plan(PLAN, main_process=workflow.is_main_process)
 RUN = PLAN.run
+SIZE = vars(PLAN.size) if PLAN.size else {}  # the blocks' size (none in a preset of lm)
 # Runs made from another study's published data (--config import_ssm_scope=<clone>), and
 # the figures their data can draw.
 IMPORTED_RUNS = (
@@ -294,19 +298,36 @@ def shipped_files(wildcards):
     return sorted(str(p) for p in run_dir.rglob("*") if p.is_file())
 
 
-def figure_spec(wildcards):
-    if wildcards.figure not in PLAN.figures:
-        raise ValueError(
-            f"unknown figure {wildcards.figure!r}; known: {sorted(PLAN.figures)}"
+def run_figures(run):
+    """The figures of ``run``: the live run's (PLAN.figures), an imported run's (the
+    config's, of the cells table), or a shipped run's by the table it has: cells (the
+    config's figures) or lm (ssmbench.config.lm_figures)."""
+    if (LIVE and run == RUN) or run in IMPORTED_RUNS:
+        return PLAN.figures
+    run_dir = Path(PLAN.precollected_dir, run)
+    if shipped_kind(run_dir) == "lm":
+        ops = run_dir / "tables" / "lm_ops.csv"
+        return lm_figures(
+            profiled=ops.is_file() and len(ops.read_text().splitlines()) > 1
         )
-    return PLAN.figures[wildcards.figure]
+    return PLAN.figures
+
+
+def figure_spec(wildcards):
+    figures = run_figures(wildcards.run)
+    if wildcards.figure not in figures:
+        raise ValueError(
+            f"run {wildcards.run}: unknown figure {wildcards.figure!r}; known: "
+            f"{sorted(figures)}"
+        )
+    return figures[wildcards.figure]
 
 
 def figure_cells(wildcards):
     """The records (or, for a figure of the ops table, the operator profiles) it draws."""
     run = live_run(wildcards.run)
     spec = figure_spec(wildcards)
-    if spec.table in RUN_TABLES:  # a table of the run's, made by aggregate or verdict
+    if spec.table in (*RUN_TABLES, "lm", "lm_ops"):  # made by an aggregate or verdict
         return [paths.table(run, f"{spec.table}.csv")]
     path = paths.cell_record if spec.table == "cells" else paths.ops
     return finished([path(run, c) for c in PLAN.figure_cells(wildcards.figure)])
@@ -340,7 +361,7 @@ def figure_kind(wildcards):
 
 
 def figure_filters(wildcards):
-    spec = PLAN.figures[wildcards.figure]
+    spec = figure_spec(wildcards)
     return {
         "phase": spec.phase,
         "models": list(spec.models) if spec.models else None,
@@ -385,11 +406,116 @@ def all_targets():
     figures (each in figures/precollected/<run>/), and any imported run's."""
     targets = []
     if LIVE:
-        targets += [paths.table(RUN, name) for name in paths.TABLES]
+        tables = paths.LM_TABLES if PLAN.kind == "lm" else paths.TABLES
+        targets += [paths.table(RUN, name) for name in tables]
         targets += figures_of(RUN, PLAN.figures, "live")
     else:  # plan() refuses a precollected_dir without a run
         for run in precollected_runs(PLAN.precollected_dir):
-            targets += figures_of(run, PLAN.figures, "precollected")
+            targets += figures_of(run, run_figures(run), "precollected")
     for run in IMPORTED_RUNS:
         targets += figures_of(run, IMPORTED_FIGURES, "imported")
     return with_prov(targets)
+
+
+# --- whole language models (workflow/rules/lm.smk) ---
+
+
+def _lm(pattern):
+    """A path of ssmbench.paths with the model as {lm_model}: zoo names have dots."""
+    return pattern.replace("{model}", "{lm_model}")
+
+
+LM_VERIFY = _lm(paths.LM_VERIFY)
+LM_CELL = _lm(paths.LM_CELL)
+LM_LOG = _lm(paths.LM_LOG)
+LM_OPS = _lm(paths.LM_OPS)
+LM_TRACE = _lm(paths.LM_TRACE)
+
+
+def planned_lm_cell(wildcards):
+    cell = LMCell(
+        wildcards.lm_model,
+        wildcards.backend,
+        wildcards.phase,
+        int(wildcards.batch),
+        int(wildcards.seq_len),
+        int(wildcards.new_tokens),
+        wildcards.dtype,
+    )
+    if cell not in PLAN.lm_cell_set:
+        raise ValueError(f"{cell.name} is not an lm cell of preset {PLAN.preset!r}")
+    return cell
+
+
+def lm_gate_params(wildcards):
+    """What the gate of (model, backend, dtype) runs at: the run's device, size and seed."""
+    live_run(wildcards.run)
+    key = (wildcards.lm_model, wildcards.backend, wildcards.dtype)
+    if key not in PLAN.lm.verified:
+        raise ValueError(f"{'/'.join(key)} has no cell in preset {PLAN.preset!r}")
+    return dict(
+        model=key[0],
+        backend=key[1],
+        dtype=key[2],
+        device=PLAN.device,
+        preset=PLAN.lm.size,
+        seed=PLAN.seed,
+    )
+
+
+def lm_verify_input(wildcards):
+    """The gate of the cell's (model, backend, dtype); ancient(), as a block cell's."""
+    run = live_run(wildcards.run)
+    return ancient(
+        paths.lm_verify(run, wildcards.lm_model, wildcards.backend, wildcards.dtype)
+    )
+
+
+def _lm_spec(cell):
+    return dict(
+        vars(cell),
+        device=PLAN.device,
+        preset=PLAN.lm.size,
+        timing=vars(PLAN.timing),
+        seed=PLAN.seed,
+        run=RUN,
+    )
+
+
+def lm_spec_params(wildcards):
+    return _lm_spec(planned_lm_cell(wildcards))
+
+
+def lm_profiled_params(wildcards):
+    cell = planned_lm_cell(wildcards)
+    if cell not in PLAN.lm.profiled:
+        raise ValueError(f"{cell.name} is not in an lm sweep with profile: true")
+    return _lm_spec(cell)
+
+
+def run_lm_cells(wildcards):
+    run = live_run(wildcards.run)
+    return finished([paths.lm_cell_record(run, c) for c in PLAN.lm.cells])
+
+
+def run_lm_ops(wildcards):
+    run = live_run(wildcards.run)
+    return finished([paths.lm_ops(run, c) for c in sorted(PLAN.lm.profiled)])
+
+
+def run_lm_verify(wildcards):
+    run = live_run(wildcards.run)
+    return finished([paths.lm_verify(run, *key) for key in PLAN.lm.verified])
+
+
+def run_lm_sidecars(wildcards):
+    """The sidecars of the records lm_aggregate reads, and of the traces (run_sidecars)."""
+    run = live_run(wildcards.run)
+    traces = finished([paths.lm_trace(run, c) for c in sorted(PLAN.lm.profiled)])
+    outputs = run_lm_cells(wildcards) + run_lm_ops(wildcards) + run_lm_verify(wildcards)
+    return [paths.prov(p) for p in outputs + traces]
+
+
+def planned_lm_cells(wildcards):
+    """Every lm cell of the plan, for ``partial=True`` (as planned_cells)."""
+    return [vars(c) for c in PLAN.lm.cells] if PLAN.partial else []
