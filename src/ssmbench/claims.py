@@ -10,11 +10,15 @@ gives one row per claim: the published value, ours, their ratio and a verdict:
 - ``not comparable here``: the run lacks what the claim needs (a CUDA device, the named
   hardware, ok cells of the backends it compares), and ``why`` says which.  On another
   device of the kind a claim needs (an H200 for an A100 claim) ours is still computed and
-  shown for reference.
+  shown for reference; so it is on a device of another kind (a CPU) where the claim says
+  ``requires: {device: cuda, otherwise: reference}``, as SSM-Scope's whole-model claims
+  do: a CPU is not their RTX 4090, but the same comparison of our runs is worth showing.
 
-Cells are selected by model name or by family, and by one backend or a list of them (the
-fastest per point), so that one claim reads our runs (``attention/fused``) and a run
-imported from another study (their ``qwen25-instruct/hf``) alike.
+Cells are selected by model name (one or a list) or by family, and by one backend or a
+list of them (the fastest per point), so that one claim reads our block runs
+(``attention/fused``), our whole-model runs (``qwen2.5-0.5b/hf-eager``, an lm table's
+``ssmbench.lm.table.cells_view``) and a run imported from another study (their
+``qwen25-instruct/hf``) alike.
 
 A metric never guesses: without the cells it needs it returns ``(None, why)``.  Imports
 no torch.
@@ -76,6 +80,12 @@ def load(path: str | Path = CLAIMS) -> list[dict]:
             )
         if claim["compare"] not in COMPARES:
             raise ValueError(f"{path}: claim {claim['id']}: unknown compare {claim['compare']!r}")
+        otherwise = (claim.get("requires") or {}).get("otherwise", "reference")
+        if otherwise != "reference":
+            raise ValueError(
+                f"{path}: claim {claim['id']}: requires.otherwise must be 'reference' "
+                f"(ours shown on another device), not {otherwise!r}"
+            )
         if claim["compare"] == "about" and not 0 < claim.get("tolerance", 0) < 1:
             raise ValueError(
                 f"{path}: claim {claim['id']}: compare 'about' needs a tolerance in (0, 1)"
@@ -83,22 +93,27 @@ def load(path: str | Path = CLAIMS) -> list[dict]:
     return claims
 
 
+def _joined(value) -> str:
+    return "|".join(value) if isinstance(value, list) else str(value)
+
+
 def _label(select: dict) -> str:
-    backends = select.get("backend")
-    backends = "|".join(backends) if isinstance(backends, list) else backends
-    return f"{select.get('model') or select.get('family')}/{backends}"
+    return f"{_joined(select.get('model') or select.get('family'))}/{_joined(select['backend'])}"
 
 
 def _ok(cells: pd.DataFrame, phase: str | None, select: dict) -> pd.DataFrame:
-    """The ok cells a selector names: ``model`` (a name) or ``family``, and ``backend`` (a
-    name or a list of names: at each (batch, T, dtype) point the fastest of them is kept,
-    so one claim can read our ``fused`` cells and an imported run's ``mamba_ssm`` ones);
-    optionally ``batch`` and ``dtype``."""
+    """The ok cells a selector names: ``model`` (a name or a list of names: our block
+    model, our zoo model and an imported study's name for one checkpoint) or ``family``,
+    and ``backend`` (a name or a list of names: at each (batch, T, dtype) point the fastest
+    of them is kept, so one claim can read our ``fused`` cells and an imported run's
+    ``mamba_ssm`` ones); optionally ``batch`` and ``dtype``."""
     if ("model" in select) == ("family" in select):
         raise ValueError(f"a selector names a model or a family, not both or neither: {select}")
     keep = cells.status == "ok"
+    models = select.get("model", [])
+    models = models if isinstance(models, list) else [models]
     if "model" in select:
-        keep &= cells.model == select["model"]
+        keep &= cells.model.isin(models)
     else:
         keep &= family_of(cells) == select["family"]
     backends = select["backend"] if isinstance(select["backend"], list) else [select["backend"]]
@@ -109,7 +124,7 @@ def _ok(cells: pd.DataFrame, phase: str | None, select: dict) -> pd.DataFrame:
     if phase is not None:
         keep &= cells.phase == phase
     rows = cells[keep]
-    if len(backends) > 1 and not rows.empty:
+    if (len(models) > 1 or len(backends) > 1) and not rows.empty:
         rows = rows.sort_values("time_ms_median").drop_duplicates(["batch", "seq_len", "dtype"])
     return rows
 
@@ -223,17 +238,29 @@ METRICS: dict[str, Callable[..., tuple[float | None, str, str]]] = {
 
 def _unmet(claim: dict, cells: pd.DataFrame) -> tuple[str, str]:
     """Why the run cannot test the claim, as (hard, soft): a hard reason (no device of the
-    kind the claim needs) leaves ours empty; a soft one (another device of that kind)
-    keeps ours, shown for reference beside a "not comparable here" verdict."""
+    kind the claim needs) leaves ours empty; a soft one (another device of that kind than
+    the claim's ``device_name`` pattern, or any other device where the claim says
+    ``otherwise: reference``) keeps ours, shown for reference beside a "not comparable
+    here" verdict."""
     needs = claim.get("requires") or {}
     if "device" in needs and needs["device"] not in set(cells.device):
+        if needs.get("otherwise") == "reference":
+            return "", _measured_elsewhere(claim, cells)
         devices = ", ".join(sorted(set(cells.device)))
         return f"needs a {needs['device']} run (this one ran on {devices})", ""
     pattern = needs.get("device_name")
     if pattern and not any(re.search(pattern, str(n)) for n in set(cells.device_name)):
-        names = ", ".join(sorted({str(n) for n in cells.device_name}))
-        return "", f"measured on {claim['hardware']}; this run's device is {names}"
+        return "", _measured_elsewhere(claim, cells)
     return "", ""
+
+
+def _measured_elsewhere(claim: dict, cells: pd.DataFrame) -> str:
+    """Why ours is shown for reference only: "measured on <the claim's hardware>; this
+    run's device is <ours>", which names its kind too when it is no GPU ("cpu (Xeon)")."""
+    names = ", ".join(sorted({str(n) for n in cells.device_name}))
+    kinds = sorted(set(cells.device) - {"cuda"})
+    names = f"{', '.join(kinds)} ({names})" if kinds else names
+    return f"measured on {claim['hardware']}; this run's device is {names}"
 
 
 def reference(claim: dict) -> float | None:
@@ -294,8 +321,9 @@ def evaluate(
             ours, why, used, *interval = METRICS[claim["metric"]["name"]](cells, **params)
             if interval:
                 ours_lo, ours_hi = interval[0]
-        if elsewhere and not why:
-            why = elsewhere + (" (ours shown for reference)" if ours is not None else "")
+        if elsewhere:  # and why ours is empty, where it is
+            empty = f"; {why}" if why else ""
+            why = elsewhere + (" (ours shown for reference)" if ours is not None else empty)
         ref = reference(claim)
         source = claim["source"]
         rows.append(

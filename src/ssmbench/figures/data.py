@@ -1,8 +1,12 @@
-"""Shaping the rows a figure draws: the selection helpers of :mod:`ssmbench.select`, the
-styled lines of a panel, the order of phases and families, and the words that name a
-selection.  pandas only: no drawing happens here."""
+"""Shaping the rows a figure draws: the loaders a notebook reads its table with, the
+selection helpers of :mod:`ssmbench.select`, the styled lines of a panel, the order of
+phases and families, and the words that name a selection.  pandas only: no drawing
+happens here."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pandas as pd
 
@@ -14,6 +18,7 @@ from ssmbench.figures.style import (
     PHASES,
     color,
 )
+from ssmbench.lm.table import cells_view, read_lm_table
 from ssmbench.select import (  # noqa: F401  (the figures read them here)
     CELL_NUMERIC,
     CELL_TEXT,
@@ -24,7 +29,47 @@ from ssmbench.select import (  # noqa: F401  (the figures read them here)
     select,
     smallest_batch,
 )
-from ssmbench.tables import family_of, with_columns  # noqa: F401
+from ssmbench.tables import family_of, read_cells, read_ops, with_columns  # noqa: F401
+
+# Columns only an lm table (ssmbench.lm.table) has, which tell it from a cells table.
+LM_ONLY = ("new_tokens", "ttft_ms_median", "tpot_ms_median")
+
+
+def _columns(path: Path) -> list[str]:
+    """The column names of a CSV or Parquet table, without reading its rows."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    return list(pd.read_csv(path, nrows=0).columns)
+
+
+def load_cells(path: str | os.PathLike) -> pd.DataFrame:
+    """The cells table a figure draws, from a file of either kind (CSV or Parquet): a cells
+    table (ours, a shipped run's or an imported one's: ``tables.read_cells``) or a
+    whole-model lm table (``lm.read_lm_table``, then ``lm.table.cells_view``).  The kind is
+    told by the file's columns, not its name (a figure's table is ``<figure>.csv`` whatever
+    it holds): a table with every column of :data:`LM_ONLY` is an lm table.  A missing or
+    invalid file raises naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"cells table {path} does not exist")
+    if not set(LM_ONLY) <= set(_columns(path)):
+        return read_cells(path)
+    try:
+        return cells_view(read_lm_table(path))
+    except KeyError as e:  # read_lm_table fills the text columns it expects
+        raise ValueError(f"{path}: not a valid lm table: no column {e}") from None
+    except ValueError as e:
+        message = str(e)
+        raise ValueError(message if str(path) in message else f"{path}: {message}") from None
+
+
+def load_ops(path: str | os.PathLike) -> pd.DataFrame:
+    """The ops table a figure draws, checked (``tables.read_ops``): a run's ``ops.csv``, an
+    imported run's, or a whole-model run's ``lm_ops.csv`` (already ops-shaped:
+    ``lm.table.lm_ops_table``)."""
+    return read_ops(path)
 
 
 def none_found(what: str, **wanted) -> str:
