@@ -277,9 +277,11 @@ def _isolation(backend: str) -> str:
 
 
 def gate_summary(verify: dict) -> dict:
-    """What a record keeps of the gate's result: its verdict, where it ran, the checks
-    that failed (whole), the names of those that passed."""
+    """What a record keeps of the gate's result: its verdict, where it ran, the tolerance
+    its logits check ran under (rule, bound and basis), the checks that failed (whole),
+    the names of those that passed."""
     keys = ("model", "preset", "backend", "device", "dtype", "seed", "passed", "source")
+    keys += ("logits_tolerance",)
     checks = verify.get("checks", [])
     return {
         **{k: verify[k] for k in keys if k in verify},
