@@ -193,3 +193,22 @@ def test_greedy_of_the_static_decoder_matches_manual_greedy_after_a_longer_round
         for t in (17, 9):
             prompt = torch.randint(1, 512, (2, t), generator=gen)
             assert torch.equal(decoder.greedy(prompt, 6), manual_greedy(lm, prompt, 6))
+
+
+def test_the_static_step_traces_as_one_graph():
+    """What CUDA graphs need of the step, checked without a GPU: dynamo (its ``eager``
+    backend: tracing only, no code generation) takes the whole step as one graph
+    (``fullgraph=True`` raises at a graph break), and a second round of the same decoder
+    reuses it: no recompilation as the position moves."""
+    from ssmbench.lm.build import build
+
+    lm = build("qwen2.5-0.5b", "ci")
+    decoder = static.StaticDecoder(lm, 20, "cpu")
+    torch._dynamo.reset()
+    decoder.forward = torch.compile(lm.forward, backend="eager", fullgraph=True)
+    prompt = torch.randint(1, 512, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        tokens = [decoder.greedy(prompt, 8) for _ in range(2)]
+        expected = manual_greedy(lm, prompt, 8)
+    assert all(torch.equal(t, expected) for t in tokens)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
