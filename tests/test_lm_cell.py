@@ -234,6 +234,16 @@ def test_a_failed_gate_is_never_timed(no_build):
     assert r.verify["failed"] == [bad] and r.verify["checked"] == ["cache.formula[T11]"]
 
 
+def test_the_record_keeps_the_tolerance_the_gate_ran_under(no_build):
+    from ssmbench.lm.verify import logits_tolerance
+
+    tolerance = logits_tolerance("fp32", 24)
+    r = run_lm_cell(_spec(), verify={**PASSED, "logits_tolerance": tolerance})
+    assert (r.status, r.reason) == ("failed", "AssertionError: the model was built")
+    assert r.verify["logits_tolerance"] == tolerance and r.verify["passed"]
+    assert r.verify["logits_tolerance"]["basis"].startswith("the block gate's relative")
+
+
 def test_a_gate_of_another_dtype_is_refused(no_build):
     r = run_lm_cell(_spec(), verify={**PASSED, "dtype": "bf16"})
     assert r.status == "failed"

@@ -74,9 +74,13 @@ def test_cache_formula_of_a_hybrid_counts_each_kind_of_layer():
     assert formula["ssm"] == 3 * 4 * 16 * 16 * b
 
 
+def _logits_check(result: dict) -> dict:
+    return next(c for c in result["checks"] if c["name"] == "logits.prefill_decode_vs_forward")
+
+
 def test_the_gate_fails_when_decode_drops_the_cache(monkeypatch):
-    """A decode step that forgets the prefix (a fresh cache each token) must fail the token
-    and logits checks, not pass them."""
+    """A decode step that forgets the prefix (a fresh cache each token) must fail the
+    logits check by orders of magnitude, not pass it."""
     original = lm_verify.decode_step
 
     def forgetful(lm, token, cache):
@@ -89,6 +93,83 @@ def test_the_gate_fails_when_decode_drops_the_cache(monkeypatch):
     assert not result["passed"]
     assert verdicts["logits.prefill_decode_vs_forward"] is False
     assert verdicts["cache.formula[T11]"] is True
+    logits = _logits_check(result)
+    assert logits["rel_rms_err"] > 1000 * logits["tolerance"]["bound"]
+
+
+@pytest.mark.parametrize(
+    "model, layer, kind",
+    [("mamba2-130m", 0, "conv"), ("mamba-130m", 1, "conv"), ("qwen2.5-0.5b", 1, "kv")],
+    ids=["mamba2-L0-conv", "mamba-L1-conv", "qwen2.5-L1-kv"],
+)
+def test_the_gate_fails_when_the_cache_loses_a_layers_state(monkeypatch, model, layer, kind):
+    """The prefill hands decode a cache whose ``layer`` has lost its ``kind`` tensors
+    (zeroed in place): the logits check fails 100x beyond the depth-aware bound while
+    the cache still has the formula's sizes."""
+    original = lm_verify.prefill
+
+    def lossy(lm, ids):
+        logits, cache = original(lm, ids)
+        lost = [t for i, k, t in lm_verify.cache_tensors(cache) if (i, k) == (layer, kind)]
+        assert lost, f"layer {layer} has no {kind} tensor"
+        for t in lost:
+            t.zero_()
+        return logits, cache
+
+    monkeypatch.setattr(lm_verify, "prefill", lossy)
+    result = lm_verify.verify_lm(model, "ci")
+    logits = _logits_check(result)
+    assert not result["passed"] and not logits["ok"]
+    assert logits["rel_rms_err"] > 100 * logits["tolerance"]["bound"]
+    assert all(c["ok"] for c in result["checks"] if c["name"].startswith("cache.formula"))
+
+
+def test_the_clean_gate_is_far_inside_its_bound_and_records_it():
+    result = lm_verify.verify_lm("mamba2-130m", "ci")
+    logits = _logits_check(result)
+    assert result["passed"] and logits["ok"] and logits["allclose_ok"]
+    assert logits["rel_rms_err"] < logits["tolerance"]["bound"] / 100
+    assert result["logits_tolerance"] == logits["tolerance"]
+    assert result["logits_tolerance"] == {
+        "rule": "rel_rms_err <= rtol(dtype) * n_layers",
+        "rtol_per_layer": 1e-4,
+        "n_layers": 2,
+        "bound": 2e-4,
+        "basis": lm_verify.LOGITS_BASIS,
+    }
+
+
+def _logits(seed: int = 0) -> torch.Tensor:
+    """Random logits (b 2, positions 6, vocab 512) of a full-size model's scale (std 2.8)."""
+    return 2.8 * torch.randn(2, 6, 512, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize(
+    "rel_err, n_layers, ok",
+    [(3.6e-5, 24, True), (1e-3, 24, True), (1e-3, 2, False), (3e-3, 24, False)],
+    ids=["mamba130m-full", "deep", "shallow", "past-bound"],
+)
+def test_the_logits_bound_grows_with_depth(rel_err, n_layers, ok):
+    """A relative RMS error of ``rel_err`` passes within 1e-4 per layer; the elementwise
+    allclose of the block gate fails them all (its 1e-4 holds for O(1) outputs only)."""
+    ref = _logits()
+    noise = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
+    out = ref + rel_err * ref.norm() / noise.norm() * noise
+    row = lm_verify.compare_logits("logits", ref, out, "fp32", n_layers)
+    assert row["rel_rms_err"] == pytest.approx(rel_err, rel=1e-3)
+    assert row["ok"] is ok and row["allclose_ok"] is False
+    assert row["tolerance"]["bound"] == pytest.approx(1e-4 * n_layers)
+
+
+def test_non_finite_logits_fail_and_bad_arguments_are_refused():
+    ref = _logits()
+    out = ref.clone()
+    out[0, 3, 7] = float("nan")
+    assert lm_verify.compare_logits("logits", ref, out, "fp32", 24)["ok"] is False
+    with pytest.raises(KeyError, match="no tolerance for dtype 'int8'"):
+        lm_verify.logits_tolerance("int8", 24)
+    with pytest.raises(ValueError, match="n_layers must be positive, got 0"):
+        lm_verify.logits_tolerance("fp32", 0)
 
 
 def test_cache_sizes_refuses_a_cache_without_layers():

@@ -18,7 +18,8 @@ called, so the record names the implementation each layer ran.
 
     hf-eager    transformers' own PyTorch paths, kernel packages blocked (any device)
     hf-kernels  the same classes with mamba_ssm / causal_conv1d / fla / flash-attn bound (GPU)
-    hf-static   a StaticCache and a compiled decode step, where the class allows it (GPU)
+    hf-static   a StaticCache and a compiled decode step, attention classes (GPU; on a CPU
+                uncompiled, only with SSMBENCH_LM_STATIC_ON_CPU=1: ssmbench.lm.static)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import sys
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from ssmbench.lm import static
 from ssmbench.lm.zoo import ModelEntry, entry
 
 BACKENDS = ("hf-eager", "hf-kernels", "hf-static")
@@ -212,11 +214,14 @@ def availability(model: ModelEntry | str, backend: str, device: str) -> tuple[bo
         return False, model.unavailable
     if backend == "hf-eager":
         return True, "transformers' own PyTorch paths, kernel packages blocked"
+    if backend == "hf-static" and static.static_on_cpu():
+        return static.static_support(model)  # the tests' opt-in: any device
     if not str(device).startswith("cuda"):
         why = {
             "hf-kernels": "mamba_ssm / causal_conv1d / fla / flash-attn kernels are CUDA and "
             "Triton code: GPU only",
-            "hf-static": "a static cache with a compiled (CUDA-graph) decode step: GPU only",
+            "hf-static": f"a static cache with a compiled (CUDA-graph) decode step "
+            f"({static.STATIC_ON_CPU}=1 runs it uncompiled, for tests): GPU only",
         }[backend]
         return False, f"{backend} on {device}: {why}"
     if backend == "hf-kernels":
@@ -227,21 +232,7 @@ def availability(model: ModelEntry | str, backend: str, device: str) -> tuple[bo
         absent = [name for name in optional if not _importable(name)]
         note = f"; PyTorch path for what {absent} would run" if absent else ""
         return True, f"kernels of {list(required)}{note}"
-    return static_availability(model)
-
-
-def static_availability(model: ModelEntry) -> tuple[bool, str]:
-    """hf-static where transformers marks the class as compilable end to end
-    (``_can_compile_fullgraph``, which its static-cache generation relies on)."""
-    import transformers
-
-    cls = getattr(transformers, model.model_class)
-    if getattr(cls, "_can_compile_fullgraph", False):
-        return True, f"{model.model_class}._can_compile_fullgraph"
-    return False, (
-        f"transformers {transformers.__version__} does not mark {model.model_class} "
-        "compilable with a static cache (_can_compile_fullgraph is False)"
-    )
+    return static.static_support(model)
 
 
 def run_in_fresh_process(backend: str, target: str, kwargs: dict, timeout_s: float = 600):

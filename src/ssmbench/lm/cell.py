@@ -7,14 +7,17 @@ model's size preset (full / reduced / ci, config/models.yaml) and a timing budge
 OOM, a timeout or a crash become ``status`` and ``reason`` (the helpers of
 :mod:`ssmbench.cell`), never an exception.  In order:
 
-1. availability (:func:`ssmbench.lm.backends.availability`); ``hf-static`` cells are not
-   measured yet and say so;
+1. availability (:func:`ssmbench.lm.backends.availability`; ``hf-static``: attention
+   classes on CUDA, or on a CPU with ``SSMBENCH_LM_STATIC_ON_CPU=1``, :mod:`ssmbench.lm.static`);
 2. the correctness gate: ``verify`` (a verify step's :func:`ssmbench.lm.verify.verify_lm`
    result) when given, else :func:`verify_lm` here, at the cell's own preset, device and
    dtype but a short prompt (batch 2, T 11, 6 new tokens; still a second build of the
    model, about a minute per full-size model on a loaded 2-core CPU, so a workflow runs it
    once per model in a verify step and passes the result in); a gate that did not pass
-   means ``failed``, and nothing is timed (``gate=False`` skips it and says so);
+   means ``failed``, and nothing is timed (``gate=False`` skips it and says so); an
+   ``hf-static`` cell also needs its static greedy tokens (and step logits) to equal the
+   eager loop's on the gate's prompt (:func:`ssmbench.lm.static.static_tokens_check`,
+   ``verify["static"]``);
 3. the model, built with seeded random weights in the cell's dtype; prompts are random
    token ids from the seed;
 4. prefill: TTFT, a forward over T tokens into a fresh cache with ``logits_to_keep=1``
@@ -217,26 +220,61 @@ def _measure_into(record: LMRecord, spec: LMCellSpec, verify, threads, deadline,
     generator = torch.Generator().manual_seed(spec.seed)
     ids = torch.randint(1, vocab, (spec.batch, spec.seq_len), generator=generator)
     ids = ids.to(spec.device)
+    decoder = None
+    if spec.backend == "hf-static":
+        decoder = _static_decoder(record, spec, lm)
+        if record.status != "ok":
+            return
 
     meter, energy_reason = _meter(spec.device)
     start = time.perf_counter()
     with torch.inference_mode():
         if spec.phase == "prefill":
-            _time_prefill(record, spec, lm, ids, meter, deadline)
+            _time_prefill(record, spec, lm, ids, meter, deadline, decoder)
         else:
-            _time_decode(record, spec, lm, ids, deadline)
-            if record.status == "ok":
+            _time_decode(record, spec, lm, ids, deadline, decoder)
+            if record.status == "ok" and decoder is None:
                 _check_end_to_end(record, spec, lm, ids, deadline)
+            elif record.status == "ok":
+                record.notes.append(
+                    "end-to-end check not run for hf-static: generate would build and "
+                    "compile its own static cache, not the one timed"
+                )
         record.measure_s = time.perf_counter() - start
         if record.status != "ok":
             return
-        _memory_split(record, spec, lm, ids)
+        _memory_split(record, spec, lm, ids, decoder)
         if meter is None:
             record.energy_method, record.energy_reason = "none", energy_reason
         elif spec.phase == "decode":
-            _decode_energy(record, spec, lm, ids, deadline)
+            _decode_energy(record, spec, lm, ids, deadline, decoder)
     if spec.backend == "hf-eager" and _ran_kernels(record.layers):
         record.status, record.reason = "failed", _not_eager(record.layers)
+
+
+def _static_decoder(record: LMRecord, spec: LMCellSpec, lm):
+    """The cell's :class:`~ssmbench.lm.static.StaticDecoder` (cache of T + N tokens), after
+    its gate: static greedy tokens and logits == the eager loop's on the gate's prompt, in
+    their own decoder (a StaticCache is sized at construction); a miss fails the cell."""
+    from ssmbench.lm.static import StaticDecoder, static_tokens_check
+
+    check = static_tokens_check(lm, spec.device, spec.seed, **GATE)
+    record.verify = {**(record.verify or {}), "static": check}
+    if not check["ok"]:
+        record.status = "failed"
+        record.reason = (
+            f"hf-static gate failed for {spec.model}: tokens equal {check['tokens_ok']}, "
+            f"logits relative RMS error {check['logits']['rel_rms_err']:.3g} (bound "
+            f"{check['logits']['tolerance']['bound']:.3g}) against the eager loop: not timed"
+        )
+        return None
+    decoder = StaticDecoder(lm, spec.seq_len + spec.new_tokens, spec.device)
+    record.notes.append(f"static_mode: {decoder.mode}")
+    record.notes.append(
+        f"cache: a StaticCache preallocated for max_cache_len = T + N = "
+        f"{decoder.max_cache_len} tokens; cache_bytes and the formula are at that length"
+    )
+    return decoder
 
 
 def _ran_kernels(layers: list[dict]) -> bool:
@@ -255,11 +293,6 @@ def _unavailable(spec: LMCellSpec) -> str:
     available, why = backends.availability(spec.model, spec.backend, spec.device)
     if not available:
         return why
-    if spec.backend == "hf-static":
-        return (
-            "hf-static cells (a StaticCache and a compiled decode step) are not "
-            "measured yet: issue 16 leaves them to a later part"
-        )
     return device_unavailable(spec.device)
 
 
@@ -277,9 +310,11 @@ def _isolation(backend: str) -> str:
 
 
 def gate_summary(verify: dict) -> dict:
-    """What a record keeps of the gate's result: its verdict, where it ran, the checks
-    that failed (whole), the names of those that passed."""
+    """What a record keeps of the gate's result: its verdict, where it ran, the tolerance
+    its logits check ran under (rule, bound and basis), the checks that failed (whole),
+    the names of those that passed."""
     keys = ("model", "preset", "backend", "device", "dtype", "seed", "passed", "source")
+    keys += ("logits_tolerance",)
     checks = verify.get("checks", [])
     return {
         **{k: verify[k] for k in keys if k in verify},
@@ -311,12 +346,14 @@ def _prefill_call(lm, ids):
     return lm(input_ids=ids, use_cache=True, logits_to_keep=1)
 
 
-def _time_prefill(record: LMRecord, spec: LMCellSpec, lm, ids, meter, deadline) -> None:
+def _time_prefill(
+    record: LMRecord, spec: LMCellSpec, lm, ids, meter, deadline, decoder=None
+) -> None:
     from ssmbench.measure.timing import measure
 
     window_s = max(spec.energy_window_s, 0.0) if meter is not None else 0.0
     result = measure(
-        lambda: _prefill_call(lm, ids),
+        (lambda: decoder.prefill(ids)) if decoder else (lambda: _prefill_call(lm, ids)),
         spec.timing,
         spec.device,
         deadline=deadline,
@@ -357,7 +394,16 @@ class _Greedy:
         self.token = logits.argmax(-1, keepdim=True)
 
 
-def _time_decode(record: LMRecord, spec: LMCellSpec, lm, ids, deadline) -> None:
+def _greedy(lm, ids, decoder=None):
+    """A greedy decode from a prefill of ``ids``: hf-static's decoder, refilled, or a
+    :class:`_Greedy` through a new DynamicCache; either has ``step()``, ``cache``, ``token``."""
+    if decoder is None:
+        return _Greedy(lm, ids)
+    decoder.prefill(ids)
+    return decoder
+
+
+def _time_decode(record: LMRecord, spec: LMCellSpec, lm, ids, deadline, decoder=None) -> None:
     """Rounds of an untimed prefill and N - 1 timed steps until the budget is met."""
     from ssmbench.measure.timing import _enough, _past, _synchronize, _timer
 
@@ -367,14 +413,14 @@ def _time_decode(record: LMRecord, spec: LMCellSpec, lm, ids, deadline) -> None:
     warm, samples, timed_out = 0, [], False
     begin = time.perf_counter()
     while warm < timing.warmup or time.perf_counter() - begin < timing.warmup_s:
-        greedy = _Greedy(lm, ids)
+        greedy = _greedy(lm, ids, decoder)
         for _ in range(steps):
             greedy.step()
         warm += steps
     _synchronize(spec.device)
     begin = time.perf_counter()
     while not timed_out and not _enough(samples, time.perf_counter() - begin, timing):
-        greedy = _Greedy(lm, ids)
+        greedy = _greedy(lm, ids, decoder)
         for _ in range(steps):
             if _past(deadline):
                 timed_out = True
@@ -483,7 +529,7 @@ def _ms(values: list[float]) -> str:
     return "[" + ", ".join(f"{v:.3g}" for v in values) + "] ms"
 
 
-def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids) -> None:
+def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids, decoder=None) -> None:
     """Weights, cache and activations from one run's allocator peak (module docstring)."""
     from ssmbench.lm.verify import CACHE_KINDS, cache_formula, cache_sizes
     from ssmbench.measure.memory import measure_peak, tensor_bytes
@@ -492,7 +538,7 @@ def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids) -> None:
     after_prefill: dict = {}
 
     def one_run():
-        greedy = _Greedy(lm, ids)
+        greedy = _greedy(lm, ids, decoder)
         after_prefill.update(cache_sizes(greedy.cache))  # sizes only: allocates nothing
         for _ in range(spec.new_tokens - 1):
             greedy.step()
@@ -507,7 +553,9 @@ def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids) -> None:
     record.cache_conv_bytes = float(after_prefill["conv"]["bytes"])
     record.cache_ssm_bytes = float(after_prefill["ssm"]["bytes"])
     record.cache_bytes = sum(float(after_prefill[k]["bytes"]) for k in CACHE_KINDS)
-    formula = cache_formula(lm.config, spec.seq_len, spec.batch)
+    # a static cache holds max_cache_len (T + N) tokens from the start
+    cached = decoder.max_cache_len if decoder else spec.seq_len
+    formula = cache_formula(lm.config, cached, spec.batch)
     element_bytes = next(lm.parameters()).element_size()
     record.cache_formula_bytes = float(sum(formula.values()) * element_bytes)
     record.cache_formula_ok = all(after_prefill[k]["elements"] == formula[k] for k in CACHE_KINDS)
@@ -563,19 +611,20 @@ def _keep_energy(record, spec, result, calls: int, tokens_per_call: int) -> None
     record.energy_j_per_token = record.energy_j / tokens_per_call
 
 
-def _decode_energy(record: LMRecord, spec: LMCellSpec, lm, ids, deadline) -> None:
+def _decode_energy(record: LMRecord, spec: LMCellSpec, lm, ids, deadline, decoder=None) -> None:
     """Steps from one prefill inside the meter's window until it is energy_window_s long
-    and holds at least N - 1 steps (a decode past N tokens: contexts up to T + steps)."""
+    and holds at least N - 1 steps (a decode past N tokens: contexts up to T + steps; for
+    hf-static at most the cache's T + N, a shorter window is then not recorded)."""
     from ssmbench.measure.energy import EnergyMeter
     from ssmbench.measure.timing import _past, _synchronize
 
-    greedy = _Greedy(lm, ids)
+    greedy = _greedy(lm, ids, decoder)
     _synchronize(spec.device)
     meter = EnergyMeter(spec.device).start()
     begin, steps = time.perf_counter(), 0
     while steps < spec.new_tokens - 1 or time.perf_counter() - begin < spec.energy_window_s:
-        if _past(deadline):
-            break
+        if _past(deadline) or (decoder is not None and decoder.full()):
+            break  # a static cache ends the window at its T + N tokens
         greedy.step()
         steps += 1
     _synchronize(spec.device)
@@ -589,7 +638,8 @@ def profile_lm_cell(
     cell): :func:`ssmbench.measure.profile.profile_ops` over ``iters`` calls after one
     warm-up, device time only on a GPU (CPU self time on a CPU), in the project's buckets.
     A prefill call is :func:`_prefill_call`; a decode call one greedy step (the cache grows
-    by a token per call).  Raises what the cell would (a cell that cannot run has none)."""
+    by a token per call; hf-static's static cache has room for T + the warm-up and calls).
+    Raises what the cell would (a cell that cannot run has none)."""
     import torch
 
     from ssmbench.measure.profile import profile_ops
@@ -607,7 +657,12 @@ def profile_lm_cell(
         if spec.phase == "prefill":
             fn: Callable = lambda: _prefill_call(lm, ids)  # noqa: E731
         else:
-            fn = _Greedy(lm, ids).step
+            decoder = None
+            if spec.backend == "hf-static":
+                from ssmbench.lm.static import StaticDecoder
+
+                decoder = StaticDecoder(lm, spec.seq_len + iters + 2, spec.device)
+            fn = _greedy(lm, ids, decoder).step
         rows = profile_ops(fn, spec.device, warmup=1, iters=iters, trace_path=trace_path)
     keys = {k: v for k, v in asdict(spec).items() if k not in ("timing", "energy_window_s")}
     return [{**keys, "device_name": device_name(spec.device), **row} for row in rows]
