@@ -158,7 +158,7 @@ def test_the_records_round_trip_and_make_the_lm_table(measured, tmp_path):
     table = lm_table(records)
     assert len(table) == 7 and set(table.status) == {"ok", "unavailable"}
     write_lm_tables(table, tmp_path / "lm.csv", tmp_path / "lm.parquet")
-    for name in paths.LM_TABLES:
+    for name in ("lm.csv", "lm.parquet"):
         back = read_lm_table(tmp_path / name)
         assert back.tpot_ms_median.notna().sum() == 3 and back.ttft_ms_median.notna().sum() == 3
         assert list(back.layer_impls[back.status == "ok"].str.len() > 0) == [True] * 6
@@ -421,3 +421,52 @@ def test_the_command_line_over_its_memory_cap_is_oom():
     record = json.loads(out.stdout)
     assert out.returncode == 1 and record["status"] == "oom", record["reason"]
     assert "can't allocate memory" in record["reason"] and record["verify"]["passed"]
+
+
+FORK_CHILD = """
+import json, sys
+from ssmbench.lm import backends
+backends.prepare("hf-eager")
+import torch
+from ssmbench.lm.build import build
+from ssmbench.lm.cell import _Greedy
+from ssmbench.lm.verify import cache_tensors
+
+out = {}
+for model in sys.argv[1:]:
+    lm = build(model, "ci", seed=0)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, lm.config.vocab_size, (2, 19), generator=gen)
+    with torch.inference_mode():
+        base = _Greedy(lm, ids)
+        before = [t.clone() for _, _, t in cache_tensors(base.cache)]
+        rounds = []
+        for _ in range(2):  # two rounds from one prefill, as a decode cell times them
+            greedy = base.fork()
+            rounds.append([greedy.step() or greedy.token.tolist() for _ in range(4)])
+        fresh = _Greedy(lm, ids)  # a prefill of its own
+        alone = [fresh.step() or fresh.token.tolist() for _ in range(4)]
+        after = [t for _, _, t in cache_tensors(base.cache)]
+    untouched = len(before) == len(after) and all(torch.equal(a, b) for a, b in zip(before, after))
+    out[model] = {"rounds": rounds, "alone": alone, "untouched": untouched}
+print(json.dumps(out))
+"""
+
+
+def test_every_round_of_decode_steps_starts_from_the_same_prefill():
+    """A decode cell prefills once and times each round of steps from a copy of that cache
+    (`_Greedy.fork`): SSM caches update their states in place, so without the copy the
+    second round would start where the first ended.  Each round's tokens equal those of a
+    decode from a prefill of its own, and the prefilled cache is left as it was."""
+    models = ["mamba-130m", "mamba2-130m", "qwen2.5-0.5b", "falcon-h1-0.5b"]
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_CHILD, *models],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for model, result in json.loads(done.stdout.splitlines()[-1]).items():
+        assert result["rounds"] == [result["alone"]] * 2, model
+        assert result["untouched"], model

@@ -23,10 +23,12 @@ OOM, a timeout or a crash become ``status`` and ``reason`` (the helpers of
 4. prefill: TTFT, a forward over T tokens into a fresh cache with ``logits_to_keep=1``
    (what ``generate`` asks for: the first token's logits only, never T x vocab), timed
    by :func:`ssmbench.measure.timing.measure` (warm-up, budget, CUDA events);
-   decode: rounds of one untimed prefill, then the N - 1 steps of greedy decoding that
-   ``generate(N)`` runs after it, each step timed (the TPOT samples, at contexts T .. T+N-2),
-   until the budget is met; and the end-to-end check ``(generate(N) - generate(1)) / (N - 1)``
-   in paired rounds (:func:`ssmbench.measure.timing.measure_pair`), which must fall within
+   decode: one untimed prefill, then rounds of the N - 1 steps of greedy decoding that
+   ``generate(N)`` runs after it, each round from its own copy of that prefill's cache and
+   each step timed (the TPOT samples, at contexts T .. T+N-2), until the budget is met; and
+   the end-to-end check ``(generate(N) - generate(1)) / (N - 1)`` in ``e2e_rounds`` paired
+   rounds (:func:`ssmbench.measure.timing.measure_pair`; a preset's ``lm.e2e_rounds``, 0 to
+   skip it, where two prefills per round cost more than they tell), which must fall within
    :data:`E2E_TOLERANCE` (or the two spreads, if larger) of the loop's median: a miss is a
    note and ``e2e_agrees`` false, never a failure (timing noise is data), and rounds that
    disagree by more than their value make it ``None``, inconclusive (:func:`e2e_verdict`);
@@ -53,6 +55,7 @@ whose layers ran a kernel package all the same is ``failed``.
 
 from __future__ import annotations
 
+import copy
 import os
 import statistics
 import time
@@ -71,7 +74,7 @@ PHASES = ("prefill", "decode")
 # the end-to-end TPOT may differ from the loop's by this fraction (or by the larger of
 # the two spreads): generate adds its logits processors and stopping checks per token
 E2E_TOLERANCE = 0.25
-E2E_ROUNDS = 3  # paired rounds of generate(N) and generate(1), after one warm-up pair
+E2E_ROUNDS = 3  # paired rounds of generate(N) and generate(1) (LMCellSpec.e2e_rounds)
 ENERGY_WINDOW_S = 1.0  # the issue's "loops >= 1 s", on every device
 # the gate's prompt when the cell runs it: short, whatever the cell's T
 GATE = {"prompt_len": 11, "n_new": 6, "batch": 2}
@@ -94,6 +97,8 @@ class LMCellSpec:
     seed: int = 0
     run: str = "adhoc"
     energy_window_s: float = ENERGY_WINDOW_S
+    # paired rounds of the end-to-end check (0: not checked, and the record says so)
+    e2e_rounds: int = E2E_ROUNDS
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -104,6 +109,8 @@ class LMCellSpec:
             raise ValueError(f"dtype must be one of {list(DTYPES)}, got {self.dtype!r}")
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {list(PRESETS)}, got {self.preset!r}")
+        if self.e2e_rounds < 0:
+            raise ValueError(f"e2e_rounds must be 0 or more, got {self.e2e_rounds}")
         if min(self.batch, self.seq_len) < 1:
             raise ValueError(f"batch and seq_len must be positive: {self.batch}, {self.seq_len}")
         if self.phase == "prefill" and self.new_tokens != 1:
@@ -387,6 +394,14 @@ class _Greedy:
         self.lm = lm
         self.token = logits[:, -1].argmax(-1, keepdim=True)  # (b, 1)
 
+    def fork(self) -> _Greedy:
+        """The same decode from the same prefill, with a copy of the cache: SSM caches
+        update their states in place, so each round of steps starts from its own copy (a
+        copy costs far less than the prefill it saves: seconds at T = 4096 on a CPU)."""
+        twin = copy.copy(self)
+        twin.cache = copy.deepcopy(self.cache)
+        return twin
+
     def step(self) -> None:
         from ssmbench.lm.verify import decode_step
 
@@ -404,23 +419,30 @@ def _greedy(lm, ids, decoder=None):
 
 
 def _time_decode(record: LMRecord, spec: LMCellSpec, lm, ids, deadline, decoder=None) -> None:
-    """Rounds of an untimed prefill and N - 1 timed steps until the budget is met."""
+    """Rounds of N - 1 timed steps until the budget is met, each from the cache of one
+    untimed prefill: a fresh copy of it per round (:meth:`_Greedy.fork`), or for hf-static
+    a refill of its static cache (a CUDA graph replays on the same addresses)."""
     from ssmbench.measure.timing import _enough, _past, _synchronize, _timer
 
     once = _timer(spec.device)  # CUDA events on a GPU, the monotonic clock on a CPU
     steps = spec.new_tokens - 1
     timing = spec.timing
+    prefilled = None if decoder else _Greedy(lm, ids)
+
+    def fresh():
+        return prefilled.fork() if prefilled else _greedy(lm, ids, decoder)
+
     warm, samples, timed_out = 0, [], False
     begin = time.perf_counter()
     while warm < timing.warmup or time.perf_counter() - begin < timing.warmup_s:
-        greedy = _greedy(lm, ids, decoder)
+        greedy = fresh()
         for _ in range(steps):
             greedy.step()
         warm += steps
     _synchronize(spec.device)
     begin = time.perf_counter()
     while not timed_out and not _enough(samples, time.perf_counter() - begin, timing):
-        greedy = _greedy(lm, ids, decoder)
+        greedy = fresh()
         for _ in range(steps):
             if _past(deadline):
                 timed_out = True
@@ -466,10 +488,19 @@ def _check_end_to_end(record: LMRecord, spec: LMCellSpec, lm, ids, deadline) -> 
     from ssmbench.measure.timing import measure_pair
 
     n = spec.new_tokens
+    if spec.e2e_rounds == 0:
+        record.notes.append(
+            "end-to-end TPOT not checked: e2e_rounds=0 (each round is two generate calls, "
+            "two prefills of T tokens)"
+        )
+        return
     rounds = Timing(
-        warmup=1,
-        min_samples=E2E_ROUNDS,
-        max_samples=E2E_ROUNDS,
+        # on a GPU a warm-up pair first (generate's first call sets up what the loop's
+        # steps did not: its logits processors, cuBLAS handles of new shapes); a CPU has
+        # nothing the loop above has not run already
+        warmup=1 if spec.device == "cuda" else 0,
+        min_samples=spec.e2e_rounds,
+        max_samples=spec.e2e_rounds,
         min_time_s=0.0,
         max_time_s=float("inf"),
     )
@@ -664,5 +695,6 @@ def profile_lm_cell(
                 decoder = StaticDecoder(lm, spec.seq_len + iters + 2, spec.device)
             fn = _greedy(lm, ids, decoder).step
         rows = profile_ops(fn, spec.device, warmup=1, iters=iters, trace_path=trace_path)
-    keys = {k: v for k, v in asdict(spec).items() if k not in ("timing", "energy_window_s")}
+    settings = ("timing", "energy_window_s", "e2e_rounds")  # how it is measured, not what
+    keys = {k: v for k, v in asdict(spec).items() if k not in settings}
     return [{**keys, "device_name": device_name(spec.device), **row} for row in rows]

@@ -40,6 +40,7 @@ class LMMatrix:
     size: str = "full"  # config/models.yaml preset: full, reduced or ci
     cells: tuple[LMCell, ...] = ()
     profiled: frozenset[LMCell] = frozenset()
+    e2e_rounds: int = 3  # a decode cell's end-to-end check (ssmbench.lm.cell.LMCellSpec)
 
     @property
     def verified(self) -> tuple[tuple[str, str, str], ...]:
@@ -95,4 +96,9 @@ def matrix(preset_name: str, preset: dict) -> LMMatrix:
         if s.get("profile")
         for c in sweep
     )
-    return LMMatrix(size=spec["size"], cells=tuple(cells), profiled=profiled)
+    return LMMatrix(
+        size=spec["size"],
+        cells=tuple(cells),
+        profiled=profiled,
+        e2e_rounds=spec.get("e2e_rounds", LMMatrix.e2e_rounds),
+    )
