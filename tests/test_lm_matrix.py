@@ -35,15 +35,15 @@ def test_the_lm_ci_preset_covers_every_class_of_the_zoo_at_ci_size():
     assert {s.table for s in plan.figures.values()} == {"lm", "lm_ops", "claims"}
 
 
-def test_lm_cpu_times_the_crossover_trio_at_the_issues_lengths():
+def test_lm_cpu_times_an_ssm_and_a_transformer_at_the_issues_lengths():
     plan = plan_of("lm-cpu")
-    models = {c.model for c in plan.lm.cells}
-    assert {"mamba-130m", "mamba2-130m", "qwen2.5-0.5b"} <= models
+    pair = {"mamba2-130m", "qwen2.5-0.5b"}  # the crossover's two sides
     for phase in ("prefill", "decode"):
         for t in (1024, 4096):
             found = {c.model for c in plan.lm.cells if c.phase == phase and c.seq_len == t}
-            assert found == models, (phase, t)
+            assert pair <= found, (phase, t)
     assert {c.batch for c in plan.lm.cells} == {1, 8}  # throughput at batch 1 and 8
+    assert {zoo.entry(c.model).family for c in plan.lm.cells} == {"ssm", "transformer"}
 
 
 def test_lm_gpu_runs_every_backend_up_to_131072_and_qwen3_next_reduced():
@@ -100,6 +100,7 @@ def _sweep(key, value, index=0):
             "presets.lm-ci: has both sweeps (blocks) and lm (whole models)",
         ),
         (lambda p: p.pop("lm"), "presets.lm-ci: needs sweeps (block cells) or lm"),
+        (_sweep("e2e_rounds", 2), "lm.sweeps[0].e2e_rounds: only decode cells are checked"),
         (
             lambda p: p.__setitem__("headline", [{"phases": ["decode"]}]),
             "presets.lm-ci.headline: is for block cells",
@@ -115,6 +116,7 @@ def _sweep(key, value, index=0):
         "unknown-size",
         "both-kinds",
         "neither-kind",
+        "e2e-on-prefill",
         "headline",
     ],
 )
@@ -152,3 +154,21 @@ def test_the_cost_floor_of_a_whole_model_run_counts_its_jobs():
     assert min(bench) >= plan.timing.max_time_s
     assert max(bench) <= plan.timing.timeout_s + budget.CPU_COSTS.start_s + budget.LM_IMPORT_S
     assert "whole-model cells (full size); a floor" in budget.describe(plan)
+
+
+def test_a_sweeps_e2e_rounds_override_the_presets_for_its_decode_cells():
+    plan = plan_of("lm-cpu")
+    rounds = {c: plan.lm.e2e_rounds_of(c) for c in plan.lm.cells if c.phase == "decode"}
+    assert plan.lm.e2e_rounds == 1
+    assert {c.seq_len for c, n in rounds.items() if n == 1} == {1024}
+    assert {c.seq_len for c, n in rounds.items() if n == 0} == {128, 4096}
+
+
+def test_a_decode_cell_in_two_sweeps_with_different_e2e_rounds_is_refused():
+    def twice(preset):
+        sweeps = preset["lm"]["sweeps"]
+        sweeps.append({**copy.deepcopy(sweeps[1]), "e2e_rounds": 2})
+        sweeps[1]["e2e_rounds"] = 0
+
+    message = _bad(twice)
+    assert "e2e_rounds: qwen2.5-0.5b/hf-eager/decode b1 t16 g4 fp32 is in another sweep" in message

@@ -479,7 +479,7 @@ def _lm_spec(cell):
         timing=vars(PLAN.timing),
         seed=PLAN.seed,
         run=RUN,
-        e2e_rounds=PLAN.lm.e2e_rounds,
+        e2e_rounds=PLAN.lm.e2e_rounds_of(cell),
     )
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import torch
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+ATTENTION = "sdpa"
 
 
 def make_config(model: ModelEntry | str, preset: str = "full"):
@@ -25,8 +26,15 @@ def make_config(model: ModelEntry | str, preset: str = "full"):
     model = entry(model) if isinstance(model, str) else model
     kwargs = model.config_kwargs(preset)
     config = getattr(transformers, model.config_class)(**kwargs)
-    # a cell names its attention implementation itself; eager is transformers' own path
-    config._attn_implementation = "eager"
+    # Attention through torch's scaled_dot_product_attention (transformers' default where
+    # a class supports it): PyTorch's own fused attention, no kernel package, the strong
+    # baseline the SSM layers are measured against.  "eager" would materialise the
+    # (T x T) scores of every head: 62 s for Qwen2.5-0.5B's prefill at T = 4096 on the
+    # 2-core VM, three times Mamba2-130m's, a comparison of bad attention code.
+    # Classes without attention layers (Mamba, Mamba-2) refuse it and keep eager, which for
+    # them names no attention at all.
+    supports_sdpa = getattr(getattr(transformers, model.model_class), "_supports_sdpa", False)
+    config._attn_implementation = ATTENTION if supports_sdpa else "eager"
     return config
 
 

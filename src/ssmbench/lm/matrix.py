@@ -9,7 +9,8 @@ records say why they could not run.  Imports neither torch nor transformers.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ssmbench.errors import ConfigError
 from ssmbench.lm import zoo
@@ -41,6 +42,12 @@ class LMMatrix:
     cells: tuple[LMCell, ...] = ()
     profiled: frozenset[LMCell] = frozenset()
     e2e_rounds: int = 3  # a decode cell's end-to-end check (ssmbench.lm.cell.LMCellSpec)
+    # the decode cells of sweeps with an `e2e_rounds` of their own -> theirs
+    e2e_by_cell: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+
+    def e2e_rounds_of(self, cell: LMCell) -> int:
+        """The paired rounds of ``cell``'s end-to-end check: its sweep's, else the preset's."""
+        return self.e2e_by_cell.get(cell, self.e2e_rounds)
 
     @property
     def verified(self) -> tuple[tuple[str, str, str], ...]:
@@ -96,9 +103,26 @@ def matrix(preset_name: str, preset: dict) -> LMMatrix:
         if s.get("profile")
         for c in sweep
     )
+    e2e_by_cell = {}
+    for i, (sweep, raw) in enumerate(zip(expanded, spec["sweeps"], strict=True)):
+        if "e2e_rounds" not in raw:
+            continue
+        if "decode" not in raw["phases"]:
+            raise ConfigError(
+                f"config key {where}[{i}].e2e_rounds: only decode cells are checked end to end"
+            )
+        for c in sweep:
+            if c.phase == "decode":
+                if e2e_by_cell.get(c, raw["e2e_rounds"]) != raw["e2e_rounds"]:
+                    raise ConfigError(
+                        f"config key {where}[{i}].e2e_rounds: {c.name} is in another sweep "
+                        f"with e2e_rounds {e2e_by_cell[c]}"
+                    )
+                e2e_by_cell[c] = raw["e2e_rounds"]
     return LMMatrix(
         size=spec["size"],
         cells=tuple(cells),
         profiled=profiled,
         e2e_rounds=spec.get("e2e_rounds", LMMatrix.e2e_rounds),
+        e2e_by_cell=MappingProxyType(e2e_by_cell),
     )
