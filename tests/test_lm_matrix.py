@@ -161,7 +161,7 @@ def test_a_sweeps_e2e_rounds_override_the_presets_for_its_decode_cells():
     rounds = {c: plan.lm.e2e_rounds_of(c) for c in plan.lm.cells if c.phase == "decode"}
     assert plan.lm.e2e_rounds == 1
     assert {c.seq_len for c, n in rounds.items() if n == 1} == {1024}
-    assert {c.seq_len for c, n in rounds.items() if n == 0} == {128, 4096}
+    assert {c.seq_len for c, n in rounds.items() if n == 0} == {256, 4096}
 
 
 def test_a_decode_cell_in_two_sweeps_with_different_e2e_rounds_is_refused():
