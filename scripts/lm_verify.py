@@ -1,9 +1,11 @@
 """Rule lm_verify: the correctness gate of one whole model (ssmbench.lm.verify), once
 for all of its cells of one backend and dtype.
 
-A backend that cannot run here writes a record saying why (its cells are unavailable
-too); a gate that raises is a failed gate, with the error as its reason: the job exits 0
-either way, and the cells that read a gate that did not pass are not timed."""
+An hf-kernels gate also compares its forward logits with a fresh hf-eager process's
+(ssmbench.lm.verify.against_eager).  A backend that cannot run here writes a record
+saying why (its cells are unavailable too); a gate that raises is a failed gate, with the
+error as its reason: the job exits 0 either way, and the cells that read a gate that did
+not pass are not timed."""
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
@@ -36,6 +38,13 @@ with logged(snakemake):
             result = verify_lm(
                 gate["model"], gate["preset"], gate["device"], gate["dtype"], gate["seed"], **GATE
             )
+            if gate["backend"] == "hf-kernels":  # its kernels against the PyTorch paths
+                from ssmbench.lm.verify import against_eager
+
+                keys_of = {k: gate[k] for k in ("model", "preset", "device", "dtype", "seed")}
+                row = against_eager(**keys_of)
+                result["checks"].append(row)
+                result["passed"] = result["passed"] and row["ok"]
             result["status"] = "passed" if result["passed"] else "failed"
             result["reason"] = ", ".join(c["name"] for c in result["checks"] if not c["ok"])
         except Exception as error:  # a gate that cannot run has not passed

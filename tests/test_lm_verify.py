@@ -175,3 +175,17 @@ def test_non_finite_logits_fail_and_bad_arguments_are_refused():
 def test_cache_sizes_refuses_a_cache_without_layers():
     with pytest.raises(TypeError, match="dict has no per-layer list"):
         lm_verify.cache_sizes({"keys": torch.zeros(3)})
+
+
+def test_a_kernel_backend_is_compared_with_a_fresh_eager_process_on_the_same_ids():
+    """`against_eager` runs the reference forward in a fresh hf-eager process and its own
+    in this one; with both eager (the CPU case: hf-kernels needs a GPU) the weights and
+    ids are the same, so the logits are identical and the row says so, with the bound."""
+    from ssmbench.lm.backends import run_in_fresh_process
+
+    args = dict(model="mamba2-130m", preset="ci", device="cpu", dtype="fp32", seed=3)
+    row = run_in_fresh_process("hf-eager", "ssmbench.lm.verify:against_eager", args)
+    assert row["name"] == "logits.kernels_vs_eager" and row["ok"]
+    assert row["rel_rms_err"] == 0.0 and row["max_abs_err"] == 0.0
+    assert row["tolerance"]["n_layers"] == len(row["layers"]) == len(row["eager_layers"])
+    assert not any(layer["kernels"] for layer in row["layers"] + row["eager_layers"])

@@ -170,9 +170,11 @@ LM_BUILD_S_PER_B = {"cpu": 20.0, "cuda": 2.0}
 
 
 def lm_jobs(plan: Plan, costs: Costs) -> list[Job]:
-    """The jobs of a whole-model plan.  A floor, not a bound: a cell is timed for its
-    ``max_time_s``, but at least ``warmup`` + ``min_samples`` calls, and a full-size prefill
-    at a long T can take longer than that budget per call; the gate builds the model too."""
+    """The jobs of a whole-model plan, each cell priced at its whole sampling budget
+    (``max_time_s``): high where calls are short (the sampler stops once ``min_samples``
+    and ``min_time_s`` are met), low where ``warmup`` + ``min_samples`` calls outlast the
+    budget (a full-size prefill at a long T on a CPU), since the cost of a call is not
+    known before it runs."""
     from ssmbench.lm.zoo import entry
 
     t = plan.timing
@@ -250,8 +252,8 @@ def describe(plan: Plan) -> str:
         f"plan of run {plan.run!r} (preset {plan.preset}, device {plan.device}): "
         f"{len(plan.cells)} cells, {len(plan.headline)} of them headline"
         if plan.kind == "blocks"
-        else f"{len(plan.lm.cells)} whole-model cells ({plan.lm.size} size); a floor "
-        "(ssmbench.budget.lm_jobs)"
+        else f"{len(plan.lm.cells)} whole-model cells ({plan.lm.size} size), each at its "
+        "sampling budget (ssmbench.budget.lm_jobs)"
     ]
     lines.append(f"  {'rule':10s} {'jobs':>5s} {'estimated s':>12s}")
     for rule in dict.fromkeys(j.rule for j in plan_jobs):

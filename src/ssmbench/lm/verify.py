@@ -365,3 +365,51 @@ def verify_zoo(preset: str = "ci", device: str = "cpu", dtype: str = "fp32", see
     from ssmbench.lm.zoo import available
 
     return {name: verify_lm(name, preset, device, dtype, seed) for name in available()}
+
+
+# --- a kernel backend against transformers' own paths ---------------------------------
+
+
+def forward_logits(
+    model: str,
+    preset: str,
+    device: str,
+    dtype: str,
+    seed: int,
+    out_path: str,
+    length: int = 17,
+    batch: int = 2,
+) -> dict:
+    """A full forward's logits over the gate's ids (those :func:`verify_lm` draws from
+    ``seed``), saved in float32 to ``out_path``, with this process's layer report: what
+    :func:`against_eager` runs once in a fresh hf-eager process and once in its own."""
+    lm = build(model, preset, device=device, dtype=dtype, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, lm.config.vocab_size, (batch, length), generator=gen).to(device)
+    with torch.no_grad(), trace_kernels(lm) as calls:
+        logits = lm(input_ids=ids, use_cache=False).logits
+    torch.save(logits.float().cpu(), out_path)
+    return {"n_layers": lm.config.num_hidden_layers, "layers": layer_report(lm, calls)}
+
+
+def against_eager(model: str, preset: str, device: str, dtype: str, seed: int) -> dict:
+    """This process's forward logits (with the kernels its backend binds) against a fresh
+    hf-eager process's on the same weights and ids, under :func:`logits_tolerance`: the
+    check an hf-kernels gate adds (``logits.kernels_vs_eager``).  On a GPU the two differ
+    by the kernels' accumulation order; a kernel that computes something else is far
+    outside the bound."""
+    import tempfile
+    from pathlib import Path
+
+    from ssmbench.lm.backends import run_in_fresh_process
+
+    with tempfile.TemporaryDirectory(prefix="ssmbench-eager-") as tmp:
+        ref_path, out_path = str(Path(tmp, "eager.pt")), str(Path(tmp, "this.pt"))
+        args = dict(model=model, preset=preset, device=device, dtype=dtype, seed=seed)
+        eager = run_in_fresh_process(
+            "hf-eager", "ssmbench.lm.verify:forward_logits", {**args, "out_path": ref_path}
+        )
+        mine = forward_logits(**args, out_path=out_path)
+        ref, out = torch.load(ref_path), torch.load(out_path)
+    row = compare_logits("logits.kernels_vs_eager", ref, out, dtype, mine["n_layers"])
+    return {**row, "eager_layers": eager["layers"], "layers": mine["layers"]}
