@@ -20,6 +20,7 @@ from ssmbench.figures.data import (
 )
 from ssmbench.figures.panels import plt
 from ssmbench.figures.style import MEMORY_PARTS, color
+from ssmbench.tables import family_of
 
 
 def _backend(data: pd.DataFrame, backends) -> str:
@@ -61,7 +62,8 @@ def memory_footprint(
     fig, axes = P.grid(len(models_here), sharey=True)
     for ax, model in zip(axes, models_here, strict=True):
         panel = data[data.model == model]
-        ax.set_title(model, color=color(model), fontsize=10)
+        shade = color(family_of(panel).iloc[0])  # a zoo or imported model by its family
+        ax.set_title(model, color=shade, fontsize=10)
         lengths = sorted(set(panel.seq_len))
         where = {t: i for i, t in enumerate(lengths)}
         ok = panel[panel.status == "ok"].sort_values("seq_len")
@@ -77,10 +79,10 @@ def memory_footprint(
                 height,
                 bottom=bottom,
                 width=0.7,
-                color=color(model),
+                color=shade,
                 alpha=alpha,
                 hatch=hatch,
-                edgecolor=color(model),
+                edgecolor=shade,
                 linewidth=0.6,
             )
             bottom += height
@@ -106,7 +108,7 @@ def memory_footprint(
                 ha="center",
                 fontsize=7,
                 rotation=90,
-                color=color(model),
+                color=shade,
             )
         ax.set_xticks(range(len(lengths)), [str(t) for t in lengths])
         ax.set_xlim(-0.6, len(lengths) - 0.4)
