@@ -20,6 +20,7 @@ import pytest
 from ssmbench import config as sbconfig
 from ssmbench import heal, paths, records
 from ssmbench.config import Cell
+from ssmbench.lm.matrix import LMMatrix
 from ssmbench.provenance import vouched, write_sidecars
 from ssmbench.records import CellRecord, RecordError
 from tests.conftest import snakemake
@@ -264,8 +265,10 @@ def test_runs_jobs_reads_the_command_line(argv, runs):
 
 def test_every_kind_of_record_is_checked():
     gpu = sbconfig.plan(sbconfig.load(overrides={"preset": "gpu"}), cuda=True)
-    checked = [path for plan in (CI, gpu) for path, _ in heal.planned_outputs(plan)]
+    lm = sbconfig.plan(sbconfig.load(overrides={"preset": "lm-ci"}))
+    checked = [path for plan in (CI, gpu, lm) for path, _ in heal.planned_outputs(plan)]
     kinds = ("device.json", "/verify/", "/prewarm/", "/cells/", "/paired/", ".ops.csv", ".trace")
+    kinds += ("/lm-verify/", "/lm/", "/lm-profile/")  # whole models
     for kind in kinds:
         assert any(kind in path for path in checked), kind
     assert len(checked) == len(set(checked))
@@ -287,8 +290,9 @@ def test_ten_thousand_good_records_are_all_kept(tmp_path, monkeypatch):
         outputs = {path: hashlib.sha256(blob).hexdigest()}
         Path(paths.prov(path)).write_text(json.dumps({**sidecar, "outputs": outputs}))
     plan = SimpleNamespace(
-        source="live", run="big", device="cpu", pairs=[], cells=cells, paired=[], profiled=[]
-    )
+        source="live", run="big", device="cpu", pairs=[], cells=cells, paired=[], profiled=[],
+        lm=LMMatrix(), kind="blocks",
+    )  # fmt: skip
     bad, _ = heal_quietly(plan)
     assert bad == []
     assert all(os.path.exists(paths.cell_record("big", c)) for c in cells)

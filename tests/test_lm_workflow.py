@@ -106,3 +106,4 @@ def test_a_damaged_record_is_moved_aside_and_only_its_cell_reruns(lm_run):
     assert Path(f"{damaged}.corrupt").is_file()
     assert json.loads(damaged.read_text())["status"] == "ok"
     assert {p: p.stat().st_mtime_ns for p in others} == before  # nothing else remeasured
+    assert not (wf / paths.device(RUN)).exists()  # no stand-in for a calibration it has none of
