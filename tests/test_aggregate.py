@@ -65,7 +65,11 @@ def test_the_shipped_tables_are_what_the_shipped_records_make(rebuilt, name):
     shipped = pd.read_csv(RUN / "tables" / name)
     again = pd.read_csv(rebuilt[0] / name)
     assert list(again.columns) == list(shipped.columns)
-    for col in shipped.columns:
+    # a claim's `why` is config/claims.yaml's wording of its reason, which changes with the
+    # ledger (SSM-Scope's claims now name their hardware and ours); its numbers and verdict
+    # are the records'
+    worded = {"why"} if name == "claims.csv" else set()
+    for col in [c for c in shipped.columns if c not in worded]:
         pd.testing.assert_series_equal(again[col], shipped[col], check_names=True, obj=col)
 
 

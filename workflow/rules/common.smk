@@ -324,13 +324,16 @@ def figure_spec(wildcards):
 
 
 def figure_cells(wildcards):
-    """The run's table a figure draws from: the cells (whose rows rule figure_table
-    selects), the operator profiles, or one the aggregate or verdict made for it.  One
-    input per figure, not one per record: a plan of 10,000 cells would otherwise hold
-    a figure's 10,000 edges per figure."""
+    """What a figure draws from: the records of its cells (or, for a figure of the ops
+    table, the operator profiles), so that asking for one figure measures only its cells;
+    or one of the run's tables, made by an aggregate or the verdict (a whole-model run's
+    lm.csv and lm_ops.csv too)."""
     run = live_run(wildcards.run)
-    table = figure_spec(wildcards).table
-    return [paths.table(run, "cells.parquet" if table == "cells" else f"{table}.csv")]
+    spec = figure_spec(wildcards)
+    if spec.table in (*RUN_TABLES, "lm", "lm_ops"):
+        return [paths.table(run, f"{spec.table}.csv")]
+    path = paths.cell_record if spec.table == "cells" else paths.ops
+    return finished([path(run, c) for c in PLAN.figure_cells(wildcards.figure)])
 
 
 def figure_table(wildcards):

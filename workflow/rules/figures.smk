@@ -36,7 +36,6 @@ rule figure_table:
         "../../envs/analysis.yaml"
     params:
         table=figure_kind,
-        filters=figure_filters,
     script:
         "../../scripts/figure_table.py"
 
