@@ -44,6 +44,30 @@ def snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int =
     )
 
 
+NOTEBOOKS = REPO / "notebooks"
+
+
+def draw_notebook(name: str, table: Path, out_dir: Path) -> None:
+    """Execute ``notebooks/<name>.ipynb`` with papermill on the cells (or lm) table
+    ``table``, as rule figure does; it must write a PDF and a PNG of some size."""
+    import papermill
+
+    papermill.execute_notebook(
+        str(NOTEBOOKS / f"{name}.ipynb"),
+        str(out_dir / "executed.ipynb"),
+        parameters=dict(
+            cells_path=str(table),
+            out_pdf=str(out_dir / "fig.pdf"),
+            out_png=str(out_dir / "fig.png"),
+        ),
+        kernel_name="python3",
+        cwd=str(NOTEBOOKS),
+        progress_bar=False,
+    )
+    assert (out_dir / "fig.pdf").stat().st_size > 1000
+    assert (out_dir / "fig.png").stat().st_size > 1000
+
+
 @pytest.fixture
 def workflow_copy(tmp_path: Path) -> Path:
     return copy_workflow(tmp_path / "wf")

@@ -18,9 +18,7 @@ from ssmbench import claims as ledger
 from ssmbench.config import FigureSpec
 from ssmbench.figures import style
 from ssmbench.figures.utilization import CACHE_RESIDENT_LABEL
-from tests.conftest import make_record
-
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from tests.conftest import NOTEBOOKS, draw_notebook, make_record
 
 
 def cells():
@@ -418,7 +416,6 @@ def test_every_figure_has_a_parameterized_notebook():
 def test_new_notebook_runs_under_papermill(tmp_path):
     """A cells table with exactly the columns the schema has (what the extended table
     lacks is filled empty), through the efficiency_sweep notebook."""
-    import papermill
 
     cells = synthetic_cells()
     columns = {}
@@ -432,21 +429,7 @@ def test_new_notebook_runs_under_papermill(tmp_path):
         else:
             columns[col] = np.nan
     pd.DataFrame(columns).to_csv(tmp_path / "cells.csv", index=False)
-    out = tmp_path / "fig"
-    papermill.execute_notebook(
-        str(NOTEBOOKS / "efficiency_sweep.ipynb"),
-        str(tmp_path / "executed.ipynb"),
-        parameters=dict(
-            cells_path=str(tmp_path / "cells.csv"),
-            out_pdf=f"{out}.pdf",
-            out_png=f"{out}.png",
-        ),
-        kernel_name="python3",
-        cwd=str(NOTEBOOKS),
-        progress_bar=False,
-    )
-    assert (tmp_path / "fig.pdf").stat().st_size > 1000
-    assert (tmp_path / "fig.png").stat().st_size > 1000
+    draw_notebook("efficiency_sweep", tmp_path / "cells.csv", tmp_path)
 
 
 def graph_cells() -> pd.DataFrame:

@@ -27,8 +27,8 @@ from ssmbench.config import REPO
 from ssmbench.figures.data import load_cells, load_ops
 from ssmbench.lm.record import LMRecord
 from ssmbench.lm.table import cells_view, lm_ops_table, lm_table, write_lm_tables
+from tests.conftest import NOTEBOOKS, draw_notebook
 
-NOTEBOOKS = REPO / "notebooks"
 CPU = "Intel(R) Xeon(R) Processor"
 LENGTHS = (1024, 2048, 4096)
 N = 16  # generate(N) of every decode cell
@@ -336,23 +336,9 @@ def test_load_cells_refuses_a_bad_lm_table_naming_the_file(lm, tmp_path, change,
 
 
 def test_the_crossover_notebook_draws_an_lm_table(lm, tmp_path):
-    import papermill
 
     write_lm_tables(lm, tmp_path / "lm.csv", tmp_path / "lm.parquet")
-    papermill.execute_notebook(
-        str(NOTEBOOKS / "ttft_tpot_crossover.ipynb"),
-        str(tmp_path / "executed.ipynb"),
-        parameters=dict(
-            cells_path=str(tmp_path / "lm.csv"),
-            out_pdf=str(tmp_path / "fig.pdf"),
-            out_png=str(tmp_path / "fig.png"),
-        ),
-        kernel_name="python3",
-        cwd=str(NOTEBOOKS),
-        progress_bar=False,
-    )
-    assert (tmp_path / "fig.pdf").stat().st_size > 1000
-    assert (tmp_path / "fig.png").stat().st_size > 1000
+    draw_notebook("ttft_tpot_crossover", tmp_path / "lm.csv", tmp_path)
 
 
 def test_every_ssm_scope_notebook_reads_its_table_through_the_loader():

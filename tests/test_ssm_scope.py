@@ -23,10 +23,9 @@ from ssmbench import claims, figures, tables
 from ssmbench.figures.style import FAMILY_COLORS
 from ssmbench.importers import SSMScopeFormatError, import_ssm_scope, write_runs
 from ssmbench.importers.ssm_scope import CATEGORY_FILES, MIB, RUNS, cells_schema
-from tests.conftest import ANCHORS
+from tests.conftest import ANCHORS, NOTEBOOKS, draw_notebook
 
 REAL = Path(os.environ.get("SSM_SCOPE_DIR") or ANCHORS / "ssm-scope")
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 GENERATION = "ispass_ae/notebooks/generation_times.csv"
 MEMORY = "ispass_ae/notebooks/memory_footprints.csv"
 MEMORY_JETSON = "ispass_ae/notebooks/memory_footprints_jetson.csv"
@@ -558,7 +557,6 @@ def test_figures_draw_from_the_real_runs(real):
 
 @pytest.mark.parametrize("name", ["ttft_tpot_crossover", "throughput"])
 def test_notebooks_run_under_papermill(name, synthetic, tmp_path):
-    import papermill
 
     notebook = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
     (tagged,) = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
@@ -568,17 +566,4 @@ def test_notebooks_run_under_papermill(name, synthetic, tmp_path):
     # the imported table as written: a family column, no size preset
     cells = synthetic["ssm-scope-rtx4090"]["cells"]
     cells.to_csv(tmp_path / "cells.csv", index=False)
-    papermill.execute_notebook(
-        str(NOTEBOOKS / f"{name}.ipynb"),
-        str(tmp_path / "executed.ipynb"),
-        parameters=dict(
-            cells_path=str(tmp_path / "cells.csv"),
-            out_pdf=str(tmp_path / "fig.pdf"),
-            out_png=str(tmp_path / "fig.png"),
-        ),
-        kernel_name="python3",
-        cwd=str(NOTEBOOKS),
-        progress_bar=False,
-    )
-    assert (tmp_path / "fig.pdf").stat().st_size > 1000
-    assert (tmp_path / "fig.png").stat().st_size > 1000
+    draw_notebook(name, tmp_path / "cells.csv", tmp_path)
