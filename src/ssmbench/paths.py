@@ -6,6 +6,9 @@ the functions fill them in.  Paths are relative to the workflow's working direct
 
 from __future__ import annotations
 
+import functools
+import string
+
 PRECOLLECTED = "results/precollected"
 
 VERIFY = "results/{run}/verify/{model}/{backend}.json"
@@ -73,17 +76,16 @@ def cell_record(run: str, cell) -> str:
     return _cell_path(CELL, run, cell)
 
 
+@functools.cache
+def _axes(pattern: str) -> tuple[str, ...]:
+    """The wildcards of ``pattern`` other than ``run``: the cell's axes it names."""
+    return tuple(f for _, f, _, _ in string.Formatter().parse(pattern) if f and f != "run")
+
+
 def _cell_path(pattern: str, run: str, cell) -> str:
-    return pattern.format(
-        run=run,
-        model=cell.model,
-        backend=cell.backend,
-        phase=cell.phase,
-        batch=cell.batch,
-        seq_len=cell.seq_len,
-        d_state=cell.d_state,
-        dtype=cell.dtype,
-    )
+    """``pattern`` filled in with ``run`` and the axes it names, read off ``cell`` (a block
+    cell's d_state, a whole-model cell's new_tokens)."""
+    return pattern.format(run=run, **{axis: getattr(cell, axis) for axis in _axes(pattern)})
 
 
 def paired_record(run: str, cell) -> str:
@@ -174,24 +176,11 @@ LM_TABLES = ("lm.csv", "lm.parquet", "lm_ops.csv", "claims.csv")
 
 def lm_cell_record(run: str, cell) -> str:
     """``cell`` has the axes of ``ssmbench.lm.cell.LMCellSpec`` as attributes."""
-    return _lm_path(LM_CELL, run, cell)
-
-
-def _lm_path(pattern: str, run: str, cell) -> str:
-    return pattern.format(
-        run=run,
-        model=cell.model,
-        backend=cell.backend,
-        phase=cell.phase,
-        batch=cell.batch,
-        seq_len=cell.seq_len,
-        new_tokens=cell.new_tokens,
-        dtype=cell.dtype,
-    )
+    return _cell_path(LM_CELL, run, cell)
 
 
 def lm_log(run: str, cell) -> str:
-    return _lm_path(LM_LOG, run, cell)
+    return _cell_path(LM_LOG, run, cell)
 
 
 def lm_verify(run: str, model: str, backend: str, dtype: str) -> str:
@@ -199,8 +188,8 @@ def lm_verify(run: str, model: str, backend: str, dtype: str) -> str:
 
 
 def lm_ops(run: str, cell) -> str:
-    return _lm_path(LM_OPS, run, cell)
+    return _cell_path(LM_OPS, run, cell)
 
 
 def lm_trace(run: str, cell) -> str:
-    return _lm_path(LM_TRACE, run, cell)
+    return _cell_path(LM_TRACE, run, cell)
