@@ -179,10 +179,6 @@ def lm_cell_record(run: str, cell) -> str:
     return _cell_path(LM_CELL, run, cell)
 
 
-def lm_log(run: str, cell) -> str:
-    return _cell_path(LM_LOG, run, cell)
-
-
 def lm_verify(run: str, model: str, backend: str, dtype: str) -> str:
     return LM_VERIFY.format(run=run, model=model, backend=backend, dtype=dtype)
 
