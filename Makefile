@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES)
 
-.PHONY: venv fused reproduce test lint report figures-precollected artifact lock clean wheels
+.PHONY: venv fused slurm cluster reproduce test lint report figures-precollected artifact lock clean wheels
 
 # torch goes first and alone, so no later requirement can pull a CUDA build of it.
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -34,10 +34,27 @@ $(VENV)/.fused: $(VENV)/.installed
 
 fused: $(VENV)/.fused  ## install the fused backend's kernels (mamba_ssm, fla, triton)
 
+# profiles/slurm's executor plugin, without its dependencies (pyproject.toml says why);
+# everything else it needs is in the venv already.
+$(VENV)/.slurm: $(VENV)/.installed
+	$(BIN)/pip install --quiet --no-deps -c requirements.lock \
+	  snakemake-executor-plugin-slurm snakemake-executor-plugin-slurm-jobstep
+	touch $@
+
+slurm: $(VENV)/.slurm  ## install the SLURM executor plugin (profiles/slurm)
+
+# Every job as a SLURM job (profiles/slurm; README, "On a SLURM cluster").  The partition
+# is required; CONFIG as for `make report`.
+cluster: $(VENV)/.slurm  ## run the main job on a SLURM cluster: make cluster SSMBENCH_SLURM_PARTITION=<p>
+	@test -n "$(SSMBENCH_SLURM_PARTITION)" \
+	  || { echo "make cluster: set SSMBENCH_SLURM_PARTITION=<partition>" >&2; exit 2; }
+	SSMBENCH_SLURM_PARTITION=$(SSMBENCH_SLURM_PARTITION) $(BIN)/snakemake \
+	  --workflow-profile profiles/slurm $(SLURM_ARGS) $(if $(CONFIG),--config $(CONFIG))
+
 reproduce: venv  ## set up, then run the main job (the `cpu` preset here, `gpu` on a GPU box)
 	$(SNAKEMAKE)
 
-test: $(VENV)/.fused  ## set up (with the fused kernels, checked under Triton's interpreter), then the tests
+test: $(VENV)/.fused $(VENV)/.slurm  ## set up (with the fused kernels, checked under Triton's interpreter, and the SLURM plugin), then the tests
 	$(BIN)/pytest
 
 lint: venv
