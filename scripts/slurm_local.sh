@@ -35,12 +35,14 @@ need_root() {
     [[ $(id -u) -eq 0 ]] || die "must run as root (it starts the SLURM daemons and writes $CONF_DIR)"
 }
 
-# pid of a daemon from its pid file, if that process is alive
+# pid of a daemon from its pid file, if that process is alive (a zombie, killed but not yet
+# reaped, is not)
 alive() {
-    local pidfile=$1 pid
+    local pidfile=$1 pid state
     [[ -s $pidfile ]] || return 1
     pid=$(<"$pidfile")
-    kill -0 "$pid" 2>/dev/null && echo "$pid"
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [[ -n $state && $state != Z ]] && echo "$pid"
 }
 
 install_packages() {
