@@ -11,11 +11,11 @@ happened.  About 3 minutes on 2 cores.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,8 +30,14 @@ from tests.conftest import SNAKEMAKE, snakemake
 pytestmark = pytest.mark.slow
 
 SLURM_LOCAL = REPO / "scripts" / "slurm_local.sh"
+# the executor plugin's folder (`make slurm`), on PYTHONPATH for the SLURM runs only
+PLUGINS = Path(sys.executable).parent.parent / "slurm-plugins"
 PARTITION = os.environ.get("SSMBENCH_SLURM_PARTITION") or "ssmbench"
 ENV = {"SSMBENCH_SLURM_PARTITION": PARTITION}
+ON_SLURM = {
+    **ENV,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+}
 # The ci preset cut to one model: a prefill and a decode cell, one profiled cell and one
 # paired cell, so calibrate, verify (s4d and attention), bench, profile, paired, aggregate.
 TINY = {
@@ -68,8 +74,8 @@ def cannot_run() -> str | None:
     """Why this machine cannot start the cluster, or None."""
     if os.geteuid() != 0:
         return "needs root: scripts/slurm_local.sh starts SLURM's daemons and writes /etc/slurm"
-    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
-        return "snakemake-executor-plugin-slurm is not installed (make slurm)"
+    if not (PLUGINS / "snakemake_executor_plugin_slurm").is_dir():
+        return f"no snakemake-executor-plugin-slurm in {PLUGINS} (make slurm)"
     if not shutil.which("slurmctld") and not shutil.which("apt-get"):
         return "no SLURM packages and no apt-get to install them"
     return None
@@ -151,7 +157,7 @@ def runs(cluster, tmp_path_factory) -> dict:
     process = subprocess.Popen(
         [SNAKEMAKE, "--cores", "2", *CLUSTER_ARGS, *config],
         cwd=wf,
-        env={**os.environ, **ENV},
+        env={**os.environ, **ON_SLURM},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -163,7 +169,7 @@ def runs(cluster, tmp_path_factory) -> dict:
         if process.poll() is None:
             process.kill()
     seconds = time.monotonic() - started
-    again = snakemake(wf, *CLUSTER_ARGS, *config, env=ENV, timeout=300)
+    again = snakemake(wf, *CLUSTER_ARGS, *config, env=ON_SLURM, timeout=300)
     local = copy_workflow(root / "local", precollected=False)
     local_run = snakemake(local, *config, timeout=600)
     assert local_run.returncode == 0, local_run.stderr[-3000:]
