@@ -153,22 +153,25 @@ def runs(cluster, tmp_path_factory) -> dict:
     tiny.write_text(yaml.safe_dump(TINY))
     config = [TARGET, "--configfile", str(tiny), "--config", "preset=ci"]
     wf = copy_workflow(root / "wf", precollected=False)
+    log = root / "slurm-run.log"  # a file, not a pipe nobody reads while we wait
     started = time.monotonic()
-    process = subprocess.Popen(
-        [SNAKEMAKE, "--cores", "2", *CLUSTER_ARGS, *config],
-        cwd=wf,
-        env={**os.environ, **ON_SLURM},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        cancelled = cancel_a_running_bench_job(process)
-        output, _ = process.communicate(timeout=600)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [SNAKEMAKE, "--cores", "2", *CLUSTER_ARGS, *config],
+            cwd=wf,
+            env={**os.environ, **ON_SLURM},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            cancelled = cancel_a_running_bench_job(process)
+            process.wait(timeout=600)
+        finally:
+            if process.poll() is None:
+                process.kill()
     seconds = time.monotonic() - started
+    output = log.read_text()
     again = snakemake(wf, *CLUSTER_ARGS, *config, env=ON_SLURM, timeout=300)
     local = copy_workflow(root / "local", precollected=False)
     local_run = snakemake(local, *config, timeout=600)
