@@ -151,13 +151,14 @@ def runs(cluster, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("slurm")
     tiny = root / "tiny.yaml"
     tiny.write_text(yaml.safe_dump(TINY))
-    config = [TARGET, "--configfile", str(tiny), "--config", "preset=ci"]
+    # the target first: --set-resources and --config take every word after them
+    config = ["--configfile", str(tiny), "--config", "preset=ci"]
     wf = copy_workflow(root / "wf", precollected=False)
     log = root / "slurm-run.log"  # a file, not a pipe nobody reads while we wait
     started = time.monotonic()
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [SNAKEMAKE, "--cores", "2", *CLUSTER_ARGS, *config],
+            [SNAKEMAKE, "--cores", "2", TARGET, *CLUSTER_ARGS, *config],
             cwd=wf,
             env={**os.environ, **ON_SLURM},
             stdout=out,
@@ -165,16 +166,19 @@ def runs(cluster, tmp_path_factory) -> dict:
             text=True,
         )
         try:
-            cancelled = cancel_a_running_bench_job(process)
+            try:
+                cancelled = cancel_a_running_bench_job(process)
+            except AssertionError as e:
+                raise AssertionError(f"{e}; the run said:\n{log.read_text()[-3000:]}") from None
             process.wait(timeout=600)
         finally:
             if process.poll() is None:
                 process.kill()
     seconds = time.monotonic() - started
     output = log.read_text()
-    again = snakemake(wf, *CLUSTER_ARGS, *config, env=ON_SLURM, timeout=300)
+    again = snakemake(wf, TARGET, *CLUSTER_ARGS, *config, env=ON_SLURM, timeout=300)
     local = copy_workflow(root / "local", precollected=False)
-    local_run = snakemake(local, *config, timeout=600)
+    local_run = snakemake(local, TARGET, *config, timeout=600)
     assert local_run.returncode == 0, local_run.stderr[-3000:]
     return dict(
         wf=wf,
