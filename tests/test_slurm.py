@@ -27,8 +27,6 @@ from ssmbench.config import REPO
 from ssmbench.scripting import copy_workflow
 from tests.conftest import SNAKEMAKE, snakemake
 
-pytestmark = pytest.mark.slow
-
 SLURM_LOCAL = REPO / "scripts" / "slurm_local.sh"
 # the executor plugin's folder (`make slurm`), on PYTHONPATH for the SLURM runs only
 PLUGINS = Path(sys.executable).parent.parent / "slurm-plugins"
@@ -192,11 +190,46 @@ def runs(cluster, tmp_path_factory) -> dict:
     )
 
 
+def dry_run_jobs(text: str) -> dict[str, list[str]]:
+    """A dry run's jobs: rule name -> the text of each of its jobs' blocks."""
+    jobs: dict[str, list[str]] = {}
+    for block in text.split("\nrule ")[1:]:
+        name, _, body = block.partition(":")
+        jobs.setdefault(name.strip(), []).append(body.split("\n\n")[0])
+    return jobs
+
+
+def test_the_profile_sizes_each_job(tmp_path):
+    """No cluster needed, only the plugin: a dry run through profiles/slurm gives the
+    measuring jobs the run's cores and the preset's memory, the rest one core and 2 GB, all
+    on the partition named by SSMBENCH_SLURM_PARTITION."""
+    if not (PLUGINS / "snakemake_executor_plugin_slurm").is_dir():
+        pytest.skip(f"no snakemake-executor-plugin-slurm in {PLUGINS} (make slurm)")
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(yaml.safe_dump(TINY))
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    env = {**ON_SLURM, "SSMBENCH_SLURM_PARTITION": "short-q"}
+    args = ["-n", TARGET, "--workflow-profile", "profiles/slurm", "--configfile", str(tiny)]
+    out = snakemake(wf, *args, "--config", "preset=ci", env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = dry_run_jobs(out.stdout)
+    assert {"calibrate", "verify", "bench", "aggregate"} <= set(jobs)
+    for rule in ("calibrate", "verify", "bench", "paired", "profile"):
+        for job in jobs[rule]:
+            assert "threads: 2" in job and "mem_mb=8000" in job, (rule, job)
+            assert "slurm_partition=short-q" in job and "gpu=0" in job, (rule, job)
+    (aggregate,) = jobs["aggregate"]
+    assert "threads:" not in aggregate and "mem_mb=2000" in aggregate
+    assert "runtime=30" in aggregate and "slurm_partition=short-q" in aggregate
+
+
+@pytest.mark.slow
 def test_the_run_completes_through_slurm(runs):
     assert runs["returncode"] == 0, runs["output"][-5000:]
     assert runs["seconds"] < 240, f"the SLURM run took {runs['seconds']:.0f} s"
 
 
+@pytest.mark.slow
 def test_every_job_ran_as_a_slurm_job_on_the_node(runs):
     found = sidecars(runs["wf"])
     rules = {s["rule"] for s in found}
@@ -210,6 +243,7 @@ def test_every_job_ran_as_a_slurm_job_on_the_node(runs):
     assert local and all(s["slurm_job_id"] is None for s in local)
 
 
+@pytest.mark.slow
 def test_gpu_jobs_asked_slurm_for_a_gpu(runs):
     """A job holding `gpu: 1` is submitted with --gpus=1 (SLURM: gres:gpu:1); no other."""
     by_rule = {}
@@ -221,6 +255,7 @@ def test_gpu_jobs_asked_slurm_for_a_gpu(runs):
         assert "gres:gpu" not in scontrol_job(job_id), job_id
 
 
+@pytest.mark.slow
 def test_a_cancelled_job_is_resubmitted(runs):
     cancelled = runs["cancelled"]
     assert "JobState=CANCELLED" in scontrol_job(cancelled)
@@ -229,6 +264,7 @@ def test_a_cancelled_job_is_resubmitted(runs):
     assert len(bench) == 2 and cancelled not in {s["slurm_job_id"] for s in bench}
 
 
+@pytest.mark.slow
 def test_the_tables_are_those_of_a_local_run(runs):
     tables = lambda wf: sorted(p.name for p in (wf / "results/ci/tables").iterdir())  # noqa: E731
     assert tables(runs["wf"]) == tables(runs["local"])
@@ -239,6 +275,7 @@ def test_the_tables_are_those_of_a_local_run(runs):
     assert set(on_slurm.status) == {"ok"}
 
 
+@pytest.mark.slow
 def test_a_second_run_has_nothing_to_do(runs):
     again = runs["again"]
     assert again.returncode == 0, again.stderr[-3000:]
