@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES)
 
-.PHONY: venv fused reproduce test lint report figures-precollected artifact lock clean wheels
+.PHONY: venv fused slurm cluster reproduce test lint report figures-precollected artifact lock clean wheels
 
 # torch goes first and alone, so no later requirement can pull a CUDA build of it.
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -34,10 +34,30 @@ $(VENV)/.fused: $(VENV)/.installed
 
 fused: $(VENV)/.fused  ## install the fused backend's kernels (mamba_ssm, fla, triton)
 
+# profiles/slurm's executor plugin and its job step, at requirements.lock's versions,
+# without their dependencies (pyproject.toml says why), into a folder of their own that
+# only a SLURM run puts on PYTHONPATH: Snakemake imports every installed executor plugin
+# at start, in every job's process too, and this one imports pandas (0.2-0.5 s each here).
+SLURM_PLUGINS := $(abspath $(VENV))/slurm-plugins
+$(SLURM_PLUGINS)/.installed: $(VENV)/.installed
+	$(BIN)/pip install --quiet --no-deps -c requirements.lock --target $(SLURM_PLUGINS) \
+	  snakemake-executor-plugin-slurm snakemake-executor-plugin-slurm-jobstep
+	touch $@
+
+slurm: $(SLURM_PLUGINS)/.installed  ## install the SLURM executor plugin (profiles/slurm) into .venv/slurm-plugins
+
+# Every job as a SLURM job (profiles/slurm; README, "On a SLURM cluster").  The partition
+# is required; CONFIG as for `make report`.
+cluster: $(SLURM_PLUGINS)/.installed  ## run the main job on a SLURM cluster: make cluster SSMBENCH_SLURM_PARTITION=<p>
+	@test -n "$(SSMBENCH_SLURM_PARTITION)" \
+	  || { echo "make cluster: set SSMBENCH_SLURM_PARTITION=<partition>" >&2; exit 2; }
+	SSMBENCH_SLURM_PARTITION=$(SSMBENCH_SLURM_PARTITION) PYTHONPATH=$(SLURM_PLUGINS) $(BIN)/snakemake \
+	  --workflow-profile profiles/slurm $(SLURM_ARGS) $(if $(CONFIG),--config $(CONFIG))
+
 reproduce: venv  ## set up, then run the main job (the `cpu` preset here, `gpu` on a GPU box)
 	$(SNAKEMAKE)
 
-test: $(VENV)/.fused  ## set up (with the fused kernels, checked under Triton's interpreter), then the tests
+test: $(VENV)/.fused $(SLURM_PLUGINS)/.installed  ## set up (with the fused kernels, checked under Triton's interpreter, and the SLURM plugin), then the tests
 	$(BIN)/pytest
 
 lint: venv

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import runpy
 import shutil
+import socket
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -151,6 +152,23 @@ def test_the_command_line_names_the_mismatch_and_exits_1(run_dir, capsys):
     assert f"{run_dir / TABLE}: expected sha256 {expected}" in err and f"found {found}" in err
     assert main(["manifest", str(run_dir)]) == 1  # refuses to bless the edit
     assert "no manifest written" in capsys.readouterr().err
+
+
+def test_a_sidecar_names_the_node_and_the_slurm_job(tmp_path, monkeypatch):
+    """Inside a SLURM job the sidecar holds slurmd's node name and the job id; outside
+    one, this host and no job id."""
+    record = tmp_path / "cell.json"
+    record.write_text("{}")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    (local,) = write_sidecars([str(record)], rule="bench")
+    local = json.loads(Path(local).read_text())
+    assert (local["node"], local["slurm_job_id"]) == (socket.gethostname(), None)
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-node-07")
+    (on_slurm,) = write_sidecars([str(record)], rule="bench")
+    on_slurm = json.loads(Path(on_slurm).read_text())
+    assert (on_slurm["node"], on_slurm["slurm_job_id"]) == ("gpu-node-07", "4242")
 
 
 def test_check_names_a_changed_or_unvouched_file(tmp_path, monkeypatch):

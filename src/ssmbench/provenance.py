@@ -3,8 +3,9 @@
 One helper, :func:`write_sidecars`, called by every script (docs/ARCHITECTURE.md, "Provenance").  A
 sidecar records the rule, its wildcards and params, the command line, sha256 of inputs and
 outputs, the git commit and whether the tracked tree was clean, package versions, device,
-seed, host and start/end times.  Nothing here imports torch: versions come from package
-metadata, and device details from torch only when the caller has imported it already.
+seed, host, the node and SLURM job id (:func:`where_it_ran`) and start/end times.  Nothing
+here imports torch: versions come from package metadata, and device details from torch only
+when the caller has imported it already.
 
 The sidecars are checked, not only written: :func:`check` compares a file's bytes with its
 sidecar, and :func:`verify_run` checks a shipped run (``results/precollected/<run>/``)
@@ -125,6 +126,17 @@ def device_info() -> dict:
     return info
 
 
+def where_it_ran() -> dict:
+    """The node a job ran on and its SLURM job id (None outside a SLURM job): SLURM's own
+    name for the node (``SLURMD_NODENAME``) where it gives one, else the hostname.  Both
+    are read from the job's environment, which slurmd sets and the executor passes on to
+    the job step."""
+    return {
+        "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+
+
 def write_sidecars(
     outputs: list[str],
     *,
@@ -153,6 +165,7 @@ def write_sidecars(
         "device": device_info(),
         "seed": seed,
         "host": socket.gethostname(),
+        **where_it_ran(),
         "platform": platform.platform(),
         "started": started or ended,
         "ended": ended,
