@@ -278,3 +278,80 @@ def test_a_latency_ratio_claim_carries_its_interval_with_the_samples():
     assert row.ours_lo < row.ours < row.ours_hi and 2.7 < row.ours < 3.3
     (bare,) = claims.evaluate(cells, "t", [claim]).itertuples()
     assert bare.ours == row.ours and math.isnan(bare.ours_lo)
+
+
+def test_task_claims_publish_the_study_s_final_epoch():
+    """Every task claim's published value is its ``from_json`` entry of the case study's
+    results file (skipped where the anchors are absent)."""
+    derived = [c for c in claims.load() if "from_json" in c]
+    assert {c["metric"]["task"] for c in derived} == {
+        "parity",
+        "selective_copy",
+        "exact_copy",
+        "imdb",
+    }
+    if not ANCHORS.is_dir():
+        pytest.skip(f"no anchors at {ANCHORS} (set SSMBENCH_ANCHORS)")
+    for claim in derived:
+        value = json.loads((ANCHORS / claim["from_json"]["file"]).read_text())
+        for key in claim["from_json"]["key"]:
+            value = value[key]
+        assert claims.reference(claim) == pytest.approx(value, abs=5e-5), claim["id"]
+
+
+def task_rows(values, family="mamba3", task="parity", status="ok"):
+    return pd.DataFrame(
+        {
+            "task": task,
+            "eval": "test",
+            "family": family,
+            "seed": range(len(values)),
+            "metric": "token_accuracy",
+            "headline": True,
+            "value": values,
+            "status": status,
+            "cut": "train.epochs 20 -> 3",
+        }
+    )
+
+
+TASK_CLAIM = {
+    "id": "t",
+    "claim": "c",
+    "source": {"paper": "p", "where": "w"},
+    "hardware": "h",
+    "published": [0.98, 0.98],
+    "compare": "covers",
+    "tolerance": 0.02,
+    "metric": {"name": "task_accuracy", "task": "parity", "eval": "test", "family": "mamba3"},
+}
+
+
+@pytest.mark.parametrize(
+    "values, verdict",
+    [
+        ([0.97, 0.99, 0.95], "reproduced"),  # 0.98 in [0.95, 0.99]
+        ([0.955, 0.95, 0.96], "reproduced"),  # 0.98 <= 0.96 + 0.02
+        ([0.55, 0.51, 0.53], "contradicted"),
+        ([0.999, 1.0, 1.0], "reproduced"),
+    ],
+)
+def test_a_task_claim_is_reproduced_when_the_seeds_range_covers_it(values, verdict):
+    cells = pd.DataFrame([cell("mamba3", "torch", "prefill", 128, 1.0)])
+    row = claims.evaluate(cells, "r", [TASK_CLAIM], tasks=task_rows(values)).iloc[0]
+    assert row.verdict == verdict
+    assert row.ours == pytest.approx(sum(values) / len(values))
+    assert (row.ours_lo, row.ours_hi) == (min(values), max(values))
+    assert "cut: train.epochs 20 -> 3" in row.cells
+
+
+def test_a_task_claim_without_tasks_or_ok_seeds_is_not_comparable():
+    cells = pd.DataFrame([cell("mamba3", "torch", "prefill", 128, 1.0)])
+    row = claims.evaluate(cells, "r", [TASK_CLAIM]).iloc[0]
+    assert (row.verdict, row.why) == (
+        "not comparable here",
+        "this run trains no tasks (preset key tasks)",
+    )
+    failed = task_rows([None, None], status="failed")
+    row = claims.evaluate(cells, "r", [TASK_CLAIM], tasks=failed).iloc[0]
+    assert row.verdict == "not comparable here" and "no ok parity/mamba3 runs (failed)" in row.why

@@ -57,7 +57,7 @@ COLUMNS = [
     "why",
     "cells",
 ]
-COMPARES = ("within", "at_least", "at_most", "about")
+COMPARES = ("within", "at_least", "at_most", "about", "covers")
 
 
 def load(path: str | Path = CLAIMS) -> list[dict]:
@@ -85,6 +85,11 @@ def load(path: str | Path = CLAIMS) -> list[dict]:
             raise ValueError(
                 f"{path}: claim {claim['id']}: requires.otherwise must be 'reference' "
                 f"(ours shown on another device), not {otherwise!r}"
+            )
+        if claim["compare"] == "covers" and not 0 <= claim.get("tolerance", -1) < 1:
+            raise ValueError(
+                f"{path}: claim {claim['id']}: compare 'covers' needs an absolute tolerance "
+                "in [0, 1)"
             )
         if claim["compare"] == "about" and not 0 < claim.get("tolerance", 0) < 1:
             raise ValueError(
@@ -229,10 +234,33 @@ def best(cells: pd.DataFrame, column: str, select: dict) -> tuple[float | None, 
     return float(top[column]), "", _describe(top.to_frame().T)
 
 
+def task_accuracy(
+    tasks: pd.DataFrame | None, task: str, eval: str, family: str
+) -> tuple[float | None, str, str, tuple[float, float]]:
+    """The mean over seeds of a task's headline metric on one evaluation split, with the
+    seeds' range (min, max) as its spread; ``tasks`` is a run's tasks table
+    (ssmbench.tasks.table), None for a run that trains no tasks."""
+    none = (math.nan, math.nan)
+    if tasks is None:
+        return None, "this run trains no tasks (preset key tasks)", "", none
+    rows = tasks[
+        tasks.headline & (tasks.task == task) & (tasks["eval"] == eval) & (tasks.family == family)
+    ]
+    ok = rows[rows.status == "ok"]
+    if ok.empty:
+        statuses = ", ".join(sorted(set(rows.status))) or "no such cells"
+        return None, f"no ok {task}/{family} runs ({statuses})", "", none
+    seeds = ", ".join(str(s) for s in sorted(ok.seed))
+    cut = next((c for c in ok.cut if c), "")
+    used = f"{task}/{eval}/{family}, seeds {seeds}" + (f"; cut: {cut}" if cut else "")
+    return float(ok.value.mean()), "", used, (float(ok.value.min()), float(ok.value.max()))
+
+
 METRICS: dict[str, Callable[..., tuple[float | None, str, str]]] = {
     "latency_ratio": latency_ratio,
     "crossover_len": crossover_len,
     "best": best,
+    "task_accuracy": task_accuracy,  # reads the run's tasks table, not its cells
 }
 
 
@@ -274,6 +302,8 @@ def stated(claim: dict) -> str:
     low, high = claim["published"]
     if claim["compare"] == "about":
         return f"{reference(claim):.4g} +-{claim['tolerance']:.0%}"
+    if claim["compare"] == "covers":
+        return f"{low:.3g}"
     if low is None:
         return f"<= {high:.4g}"
     if high is None:
@@ -281,11 +311,18 @@ def stated(claim: dict) -> str:
     return f"{low:.4g}-{high:.4g}"
 
 
-def verdict(claim: dict, ours: float | None) -> str:
+def verdict(
+    claim: dict, ours: float | None, spread: tuple[float, float] = (math.nan, math.nan)
+) -> str:
+    """``covers``: the published point lies in ours' spread over seeds (min, max), widened
+    by the claim's absolute ``tolerance``."""
     low, high = claim["published"]
     if ours is None or (isinstance(ours, float) and math.isnan(ours)):
         return "not comparable here"
-    if claim["compare"] == "at_least":
+    if claim["compare"] == "covers":
+        tol = claim["tolerance"]
+        ok = spread[0] - tol <= low <= spread[1] + tol
+    elif claim["compare"] == "at_least":
         ok = ours >= low
     elif claim["compare"] == "at_most":
         ok = ours <= high
@@ -301,8 +338,11 @@ def evaluate(
     run: str,
     claims: list[dict] | None = None,
     samples: pd.DataFrame | None = None,
+    tasks: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per claim for one run's cells (see the module docstring).  With the run's
+    """One row per claim for one run's cells (see the module docstring).  Task claims
+    (metric ``task_accuracy``) read the run's ``tasks`` table: ours is the mean over seeds
+    and ``ours_lo`` / ``ours_hi`` the seeds' range.  With the run's
     ``samples`` table, a latency-ratio claim's ``ours`` and ``ratio`` (ours / published)
     carry their 95% interval (``ours_lo``, ``ours_hi``, ``ratio_lo``, ``ratio_hi``: an
     unpaired bootstrap over the two cells' samples); the other metrics have none."""
@@ -318,7 +358,8 @@ def evaluate(
             params = {k: v for k, v in claim["metric"].items() if k != "name"}
             if claim["metric"]["name"] == "latency_ratio":
                 params["samples"] = by_cell
-            ours, why, used, *interval = METRICS[claim["metric"]["name"]](cells, **params)
+            table = tasks if claim["metric"]["name"] == "task_accuracy" else cells
+            ours, why, used, *interval = METRICS[claim["metric"]["name"]](table, **params)
             if interval:
                 ours_lo, ours_hi = interval[0]
         if elsewhere:  # and why ours is empty, where it is
@@ -342,7 +383,9 @@ def evaluate(
                 "ratio": None if ours is None or not ref else ours / ref,
                 "ratio_lo": ours_lo / ref if ref and ours is not None else math.nan,
                 "ratio_hi": ours_hi / ref if ref and ours is not None else math.nan,
-                "verdict": verdict(claim, ours) if not why else "not comparable here",
+                "verdict": (
+                    verdict(claim, ours, (ours_lo, ours_hi)) if not why else "not comparable here"
+                ),
                 "why": why,
                 "cells": used,
             }
