@@ -29,6 +29,8 @@ from ssmbench.registry import (
     NO_STATE,
     verified_backend,
 )
+from ssmbench.tasks.matrix import TaskMatrix
+from ssmbench.tasks.matrix import matrix as task_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -198,6 +200,8 @@ FIGURE_TABLES = {
     "claims": "claims",
     "go_no_go": "go_no_go",  # the verdict's go/no-go table, with its intervals
     "decode_graph_speedup": "speedups",  # the verdict's speed-ups table, likewise
+    "task_accuracy": "tasks",  # a run with tasks: its accuracy per seed (tables/tasks.csv)
+    "quality_vs_speed": "tasks",  # ... beside its block cells' prefill and decode times
 }
 # the tables a figure copies as they are, made by the aggregate or verdict rule
 RUN_TABLES = ("claims", "go_no_go", "speedups")
@@ -212,6 +216,9 @@ LM_FIGURES = {
     "op_breakdown": None,
     "claims": None,
 }
+# A run with tasks (preset key `tasks`, ssmbench.tasks) draws these besides its block
+# figures, whatever config key `figures` says
+TASK_FIGURES = ("task_accuracy", "quality_vs_speed")
 
 
 @dataclass(frozen=True)
@@ -273,6 +280,8 @@ class Plan:
     paired_timing: Timing | None = None
     # whole language models (preset key `lm`, ssmbench.lm.matrix)
     lm: LMMatrix = field(default=LMMatrix())
+    # the quality axis (preset key `tasks`, ssmbench.tasks.matrix): None without tasks
+    tasks: TaskMatrix | None = None
 
     @property
     def kind(self) -> str:
@@ -453,6 +462,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     _check_memory(name, preset)
     _check_kind(name, preset)
     lm = matrix(name, preset)
+    tasks = task_matrix(name, preset)
 
     sweeps = preset.get("sweeps", [])
     cells = sorted({c for sweep in sweeps for c in expand_sweep(sweep)})
@@ -497,6 +507,8 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     elif source == "live":
         for spec in figures.values():
             _check_figure(name, spec, sorted(profiled) if spec.table == "ops" else cells)
+    if tasks:
+        figures |= {fig: FigureSpec(fig) for fig in TASK_FIGURES}
     precollected_dir = config.get("precollected_dir", "results/precollected")
     if source == "precollected" and not precollected_runs(precollected_dir):
         raise ConfigError(
@@ -527,6 +539,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         paired=paired,
         paired_timing=paired_timing,
         lm=lm,
+        tasks=tasks,
     )
 
 
@@ -551,6 +564,11 @@ def _check_kind(name: str, preset: dict) -> None:
         raise ConfigError(f"{where}: needs sweeps (block cells) or lm (whole models)")
     if "sweeps" in preset and "size" not in preset:
         raise ConfigError(f"{where}.size: the blocks' size is needed with sweeps")
+    if "tasks" in preset and "sweeps" not in preset:
+        raise ConfigError(
+            f"{where}.tasks: needs sweeps beside it (figure quality_vs_speed sets each "
+            "family's accuracy against its block cells' prefill and decode times)"
+        )
     for key in ("headline", "paired", "size"):
         if "lm" in preset and key in preset:
             raise ConfigError(f"{where}.{key}: is for block cells; a preset of lm has none")

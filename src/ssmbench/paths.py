@@ -189,3 +189,15 @@ def lm_ops(run: str, cell) -> str:
 
 def lm_trace(run: str, cell) -> str:
     return _cell_path(LM_TRACE, run, cell)
+
+
+# The quality axis (ssmbench.tasks): a record per (task, family, seed), with its loss curve,
+# and the run's table of them
+TASK = "results/{run}/tasks/{task}/{family}/s{seed}.json"
+TASK_LOG = "logs/{run}/tasks/{task}/{family}/s{seed}.log"
+TASKS_TABLE = "tasks.csv"
+
+
+def task_record(run: str, cell) -> str:
+    """``cell`` is an ``ssmbench.tasks.matrix.TaskCell``."""
+    return TASK.format(run=run, task=cell.task, family=cell.family, seed=cell.seed)
