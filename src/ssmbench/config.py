@@ -200,11 +200,13 @@ FIGURE_TABLES = {
     "claims": "claims",
     "go_no_go": "go_no_go",  # the verdict's go/no-go table, with its intervals
     "decode_graph_speedup": "speedups",  # the verdict's speed-ups table, likewise
-    "task_accuracy": "tasks",  # a run with tasks: its accuracy per seed (tables/tasks.csv)
-    "quality_vs_speed": "tasks",  # ... beside its block cells' prefill and decode times
+    # a run with tasks: the headline accuracy per seed with the study's value, and the same
+    # beside each family's prefill and decode times (rule task_figure_tables)
+    "task_accuracy": "task_accuracy",
+    "quality_vs_speed": "quality_vs_speed",
 }
-# the tables a figure copies as they are, made by the aggregate or verdict rule
-RUN_TABLES = ("claims", "go_no_go", "speedups")
+# the tables a figure copies as they are, made by the aggregate, verdict or task rules
+RUN_TABLES = ("claims", "go_no_go", "speedups", "task_accuracy", "quality_vs_speed")
 # A whole-model run's figures: the block figures of SSM-Scope's kinds, drawn by the same
 # notebooks from its lm tables (ssmbench.lm.table.cells_view), and its claims; name ->
 # the phase it shows (None: all)
@@ -216,9 +218,9 @@ LM_FIGURES = {
     "op_breakdown": None,
     "claims": None,
 }
-# A run with tasks (preset key `tasks`, ssmbench.tasks) draws these besides its block
-# figures, whatever config key `figures` says
-TASK_FIGURES = ("task_accuracy", "quality_vs_speed")
+# A run with tasks (preset key `tasks`, ssmbench.tasks) draws these, whatever config key
+# `figures` says: its block cells are each family's speed at the tasks' length
+TASK_FIGURES = ("task_accuracy", "quality_vs_speed", "claims")
 
 
 @dataclass(frozen=True)
@@ -504,11 +506,11 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     source = config["source"]
     if lm.cells:  # config key `figures` filters the block figures
         figures = lm_figures(profiled=bool(lm.profiled))
+    elif tasks:  # its block cells are the tasks' speed, not a sweep of their own
+        figures = {fig: FigureSpec(fig) for fig in TASK_FIGURES}
     elif source == "live":
         for spec in figures.values():
             _check_figure(name, spec, sorted(profiled) if spec.table == "ops" else cells)
-    if tasks:
-        figures |= {fig: FigureSpec(fig) for fig in TASK_FIGURES}
     precollected_dir = config.get("precollected_dir", "results/precollected")
     if source == "precollected" and not precollected_runs(precollected_dir):
         raise ConfigError(

@@ -196,6 +196,8 @@ def lm_trace(run: str, cell) -> str:
 TASK = "results/{run}/tasks/{task}/{family}/s{seed}.json"
 TASK_LOG = "logs/{run}/tasks/{task}/{family}/s{seed}.log"
 TASKS_TABLE = "tasks.csv"
+# the two task figures' tables (ssmbench.tasks.table), beside the run's other tables
+TASK_FIGURE_TABLES = ("task_accuracy.csv", "quality_vs_speed.csv")
 
 
 def task_record(run: str, cell) -> str:
