@@ -119,7 +119,7 @@ def test_exact_copy_scores_only_the_copy_and_eos(split, params, sizes, width):
 @pytest.mark.parametrize("task", GENERATORS)
 def test_a_seed_fixes_the_split_and_another_seed_or_split_changes_it(task):
     params = STUDY[task]
-    first = make(task, "train", 64, seed=42, **params)
+    first = make(task, "train", np.int64(64), seed=np.int64(42), **params)  # numpy ints too
     again = make(task, "train", 64, seed=42, **params)
     np.testing.assert_array_equal(first.inputs, again.inputs)
     np.testing.assert_array_equal(first.targets, again.targets)
@@ -163,6 +163,15 @@ def refusal(id, task, split, params, message, n=8):
             {"seq_len": 15, "min_pairs": 3, "max_pairs": 5},
             "selective_copy: seq_len=15 cannot hold max_pairs=5 pairs",
         ),
+        refusal(
+            "missing-param",
+            "selective_copy",
+            "train",
+            {"seq_len": 64, "max_pairs": 5},
+            "selective_copy: missing parameter min_pairs",
+        ),
+        refusal("n-float", "parity", "train", {}, "parity: n=2.5 must be an integer", n=2.5),
+        refusal("split-empty", "parity", "", {}, "parity: split='' must be a name"),
         refusal(
             "min_pairs-0",
             "selective_copy",

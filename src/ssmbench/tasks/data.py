@@ -8,21 +8,22 @@ scored), and :func:`make`, the one entry point that checks the parameters first:
 task            vocab  input                                  scored targets
 ==============  =====  =====================================  ===========================
 parity          2      bits                                   every prefix's XOR
-selective_copy  20     noise, marker-value pairs, sep, blanks  the marked values, in order
+selective_copy  20     noise, marker-value pairs, sep, PADs   the marked values, in order
 exact_copy      30     bos s sep s                            the copy of s and eos
 ==============  =====  =====================================  ===========================
 
 Shapes: ``inputs`` and ``targets`` are ``(n, L)`` int64.  Seeding: every generator draws
 from ``np.random.default_rng([seed, crc32(split)])``, so a split is the same array for a
 seed on every machine, and a train and a test split drawn with the config's one data
-seed are different draws (with ``default_rng(seed)`` alone, parity's train and test
-would be the same 2000 rows).
+seed are different draws (with ``default_rng(seed)`` alone, parity's 1000 test rows
+would be the first 1000 of its 2000 train rows).
 """
 
 from __future__ import annotations
 
 import inspect
 import zlib
+from numbers import Integral
 
 import numpy as np
 
@@ -41,7 +42,7 @@ def _require(ok: bool, task: str, name: str, value, want: str) -> None:
 
 
 def _check_n(task: str, n: int) -> None:
-    _require(isinstance(n, int) and n >= 1, task, "n", n, "must be an integer >= 1")
+    _require(isinstance(n, Integral) and n >= 1, task, "n", n, "must be an integer >= 1")
 
 
 # --- parity ---------------------------------------------------------------------------
@@ -197,11 +198,19 @@ def make(task: str, split: str, n: int, *, seed: int, **params) -> TaskData:
     if task not in GENERATORS:
         raise ValueError(f"unknown task {task!r}: the tasks are {', '.join(GENERATORS)}")
     generator = GENERATORS[task]
-    known = [p for p in inspect.signature(generator).parameters if p not in ("n", "seed", "split")]
+    signature = inspect.signature(generator).parameters
+    known = [name for name in signature if name not in ("n", "seed", "split")]
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise ValueError(
             f"{task}: unknown parameter {', '.join(unknown)}; it takes {', '.join(known)}"
         )
-    _require(isinstance(seed, int) and seed >= 0, task, "seed", seed, "must be an integer >= 0")
+    missing = [p for p in known if signature[p].default is inspect.Parameter.empty]
+    missing = [p for p in missing if p not in params]
+    if missing:
+        raise ValueError(f"{task}: missing parameter {', '.join(missing)}")
+    _require(isinstance(split, str) and split != "", task, "split", split, "must be a name")
+    _require(
+        isinstance(seed, Integral) and seed >= 0, task, "seed", seed, "must be an integer >= 0"
+    )
     return generator(n, seed=seed, split=split, **params)
