@@ -20,6 +20,7 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/import.smk"
 include: "workflow/rules/lm.smk"
+include: "workflow/rules/tasks.smk"
 
 
 # One run at a time in this checkout (ssmbench.runlock): taken when a real run starts,
@@ -55,6 +56,6 @@ rule all:
         all_targets(),
         (
             with_prov([VERDICT, paths.table(RUN, "go_no_go.csv")])
-            if LIVE and PLAN.kind == "blocks"
+            if LIVE and PLAN.kind == "blocks" and not PLAN.tasks
             else []
         ),

@@ -21,7 +21,7 @@ with logged(snakemake):
     started = now()
     run, p = snakemake.wildcards.run, snakemake.params
     i = snakemake.input
-    check_all([*i.cells, *i.paired, *i.verify, *i.ops, *i.device])  # or ProvenanceError
+    check_all([*i.cells, *i.paired, *i.verify, *i.ops, *i.device, *i.tasks])  # or ProvenanceError
     planned = [Cell(**c) for c in p.planned]
     extra = unfinished_records(run, planned, snakemake.input.cells, p.size, p.device, p.stopped)
     planned_paired = [Cell(**c) for c in p.planned_paired]
@@ -36,6 +36,7 @@ with logged(snakemake):
         extra,
         paired_paths=snakemake.input.paired,
         paired_extra=paired_extra,
+        tasks_path=i.tasks[0] if i.tasks else None,
     )
     outputs = {name: path for name, path in snakemake.output.items() if name != "prov"}
     write_tables(tables, {path.rsplit("/", 1)[1]: path for path in outputs.values()})

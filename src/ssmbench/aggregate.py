@@ -12,6 +12,15 @@ from ssmbench.records import read_record, read_verify
 from ssmbench.tables import cells_table, ops_table, paired_table, samples_table, verify_table
 
 
+def read_tasks(path):
+    """A run's tasks.csv (ssmbench.tasks.table), or None."""
+    if path is None:
+        return None
+    import pandas as pd
+
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
 def aggregate(
     cell_paths: Iterable[str],
     verify_paths: Iterable[str],
@@ -20,10 +29,12 @@ def aggregate(
     extra=(),
     paired_paths=(),
     paired_extra=(),
+    tasks_path=None,
 ) -> dict:
     """Read every record of a run and return its tables by file name; ``extra`` and
     ``paired_extra`` records (the rows of cells and paired cells a stopped run left
-    unmeasured, ssmbench.finish) join them."""
+    unmeasured, ssmbench.finish) join them.  ``tasks_path``: the run's tasks.csv, which
+    the task claims read (a run without tasks has none)."""
     records = [read_record(p) for p in cell_paths] + list(extra)
     paired = [read_paired(p) for p in paired_paths] + list(paired_extra)
     verify_records = [read_verify(p) for p in verify_paths]
@@ -36,5 +47,5 @@ def aggregate(
         "verify": verify_table(run, verify_records),
         "ops": ops_table(ops_paths),
         # config/claims.yaml against this run, ratios with their intervals
-        "claims": claims.evaluate(cells, run, samples=samples),
+        "claims": claims.evaluate(cells, run, samples=samples, tasks=read_tasks(tasks_path)),
     }

@@ -305,6 +305,11 @@ class Plan:
         return frozenset(self.lm.cells)
 
     @cached_property
+    def task_cell_set(self) -> frozenset:
+        """The task jobs, for ``cell in plan.task_cell_set``."""
+        return frozenset(self.tasks.cells if self.tasks else ())
+
+    @cached_property
     def paired_set(self) -> frozenset[Cell]:
         """The SSM sides of the paired cells, for ``cell in plan.paired_set``."""
         return frozenset(self.paired)

@@ -16,6 +16,7 @@ rule aggregate:
         ops=run_ops,
         device=device_input_finished,
         claims="config/claims.yaml",
+        tasks=run_tasks_table,
         sidecars=run_sidecars,
     output:
         cells_csv=paths.table("{run}", "cells.csv"),

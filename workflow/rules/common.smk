@@ -23,6 +23,7 @@ from ssmbench.config import (  # noqa: E402
 )
 from ssmbench.prewarm import PREWARM_BACKENDS, prewarm_groups  # noqa: E402
 from ssmbench.provenance import vouched  # noqa: E402
+from ssmbench.tasks.matrix import TaskCell  # noqa: E402
 
 try:
     PLAN = plan(config)
@@ -410,6 +411,8 @@ def all_targets():
     targets = []
     if LIVE:
         tables = paths.LM_TABLES if PLAN.kind == "lm" else paths.TABLES
+        if PLAN.tasks:
+            tables += (paths.TASKS_TABLE, *paths.TASK_FIGURE_TABLES)
         targets += [paths.table(RUN, name) for name in tables]
         targets += figures_of(RUN, PLAN.figures, "live")
     else:  # plan() refuses a precollected_dir without a run
@@ -523,3 +526,53 @@ def run_lm_sidecars(wildcards):
 def planned_lm_cells(wildcards):
     """Every lm cell of the plan, for ``partial=True`` (as planned_cells)."""
     return [vars(c) for c in PLAN.lm.cells] if PLAN.partial else []
+
+
+# --- the quality axis (workflow/rules/tasks.smk) ---
+
+# A training job is one thread (the preset's tasks.threads): two jobs share 2 cores, and
+# one seed's numbers do not depend on how many run beside it.
+TASK_THREADS = PLAN.tasks.threads if PLAN.tasks else 1
+TASK_RESOURCES = dict(mem_mb=min(PLAN.mem_mb, 4000), runtime=60, gpu=1 if CUDA else 0)
+
+
+def planned_task_cell(wildcards):
+    cell = TaskCell(wildcards.task, wildcards.family, int(wildcards.seed))
+    if not PLAN.tasks or cell not in PLAN.task_cell_set:
+        raise ValueError(f"{cell.name} is not a task job of preset {PLAN.preset!r}")
+    return cell
+
+
+def task_job_params(wildcards):
+    """What scripts/task_train.py needs: the cell, its task's resolved settings and cut,
+    the IMDb folder and the device."""
+    cell = planned_task_cell(wildcards)
+    return {
+        **vars(cell),
+        "spec": PLAN.tasks.spec(cell.task),
+        "cut": PLAN.tasks.cut(cell.task),
+        "imdb_dir": PLAN.tasks.imdb_dir,
+        "device": PLAN.device,
+    }
+
+
+def run_task_records(wildcards):
+    run = live_run(wildcards.run)
+    cells = PLAN.tasks.cells if PLAN.tasks else ()
+    return finished([paths.task_record(run, c) for c in cells])
+
+
+def run_task_sidecars(wildcards):
+    return [paths.prov(p) for p in run_task_records(wildcards)]
+
+
+def planned_task_cells(wildcards):
+    """Every task job of the plan, for ``partial=True`` (as planned_cells)."""
+    return [vars(c) for c in PLAN.tasks.cells] if PLAN.partial and PLAN.tasks else []
+
+
+def run_tasks_table(wildcards):
+    """The run's tasks.csv, which its claims read; none for a run without tasks."""
+    return (
+        [paths.table(live_run(wildcards.run), paths.TASKS_TABLE)] if PLAN.tasks else []
+    )

@@ -50,9 +50,9 @@ RECORD_KEYS = (
 
 def splits(task: str, spec: dict, imdb_dir: str) -> tuple[TaskData, dict[str, TaskData]]:
     """The task's training split and its evaluation splits, from config/tasks.yaml's
-    ``data``.  The synthetic tasks draw training data from the study's data seed and each
-    evaluation split from the next seeds (so a test set never repeats the training set);
-    IMDb's test split uses the training split's vocabulary."""
+    ``data``, all from the study's data seed (the generators mix the split's name into it,
+    so a test set never repeats the training set); IMDb's test split uses the training
+    split's vocabulary."""
     data = spec["data"]
     seed = data["seed"]
     if task == "imdb":
@@ -69,9 +69,9 @@ def splits(task: str, spec: dict, imdb_dir: str) -> tuple[TaskData, dict[str, Ta
     params = dict(data["train"])
     train = make(task, "train", params.pop("n"), seed=seed, **params)
     evals = {}
-    for i, (name, params) in enumerate(data["evals"].items()):
+    for name, params in data["evals"].items():
         params = dict(params)
-        evals[name] = make(task, name, params.pop("n"), seed=seed + 1 + i, **params)
+        evals[name] = make(task, name, params.pop("n"), seed=seed, **params)
     return train, evals
 
 
