@@ -76,7 +76,7 @@ def test_every_shipped_preset_passes_every_check():
     each plans, its paired timing merged over its own, its caps above the floors."""
     for name, preset in BASE["presets"].items():
         plan = sbconfig.plan(cfg(preset=name), cuda=False)
-        assert plan.run == name and plan.mem_mb >= sbconfig.MIN_MEM_MB
+        assert plan.run == preset.get("run", name) and plan.mem_mb >= sbconfig.MIN_MEM_MB
         assert preset.get("cpu_mem_limit_gb", math.inf) >= sbconfig.MIN_CPU_MEM_LIMIT_GB
         assert plan.paired_timing is None or (
             plan.paired_timing.min_time_s <= plan.paired_timing.max_time_s

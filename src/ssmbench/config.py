@@ -567,15 +567,15 @@ def _check_kind(name: str, preset: dict) -> None:
             f"{where}: has both sweeps (blocks) and lm (whole models); a run measures one "
             "kind (their figures share names): make two presets"
         )
-    if "lm" not in preset and "sweeps" not in preset:
-        raise ConfigError(f"{where}: needs sweeps (block cells) or lm (whole models)")
-    if "sweeps" in preset and "size" not in preset:
-        raise ConfigError(f"{where}.size: the blocks' size is needed with sweeps")
     if "tasks" in preset and "sweeps" not in preset:
         raise ConfigError(
             f"{where}.tasks: needs sweeps beside it (figure quality_vs_speed sets each "
             "family's accuracy against its block cells' prefill and decode times)"
         )
+    if "lm" not in preset and "sweeps" not in preset:
+        raise ConfigError(f"{where}: needs sweeps (block cells) or lm (whole models)")
+    if "sweeps" in preset and "size" not in preset:
+        raise ConfigError(f"{where}.size: the blocks' size is needed with sweeps")
     for key in ("headline", "paired", "size"):
         if "lm" in preset and key in preset:
             raise ConfigError(f"{where}.{key}: is for block cells; a preset of lm has none")

@@ -133,6 +133,12 @@ def _lm_verify(blob: bytes, path: str) -> None:
     require_keys(parse_json(blob, path), LM_VERIFY_KEYS, path, "lm gate record")
 
 
+def _task(blob: bytes, path: str) -> None:
+    from ssmbench.tasks.record import validate_task_record
+
+    validate_task_record(parse_json(blob, path), path)
+
+
 def _bytes_only(blob: bytes, path: str) -> None:
     """An output with no reader here (a Chrome trace): its sidecar's hash is the check."""
 
@@ -142,7 +148,7 @@ Check = Callable[[bytes, str], None]
 
 def planned_outputs(plan) -> list[tuple[str, Check]]:
     """Every record and measured output of a live ``plan``, each with its check: device,
-    verify, prewarm (CUDA), cells, paired cells, profiles."""
+    verify, prewarm (CUDA), cells, paired cells, profiles, whole-model cells, task jobs."""
     from ssmbench.prewarm import prewarm_groups
 
     run = plan.run
@@ -160,6 +166,8 @@ def planned_outputs(plan) -> list[tuple[str, Check]]:
     outputs += [(paths.lm_cell_record(run, c), _lm_cell) for c in lm.cells]
     for c in sorted(lm.profiled):
         outputs += [(paths.lm_ops(run, c), _ops), (paths.lm_trace(run, c), _bytes_only)]
+    if plan.tasks:  # training jobs (ssmbench.tasks)
+        outputs += [(paths.task_record(run, c), _task) for c in plan.tasks.cells]
     return outputs
 
 

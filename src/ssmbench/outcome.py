@@ -55,7 +55,10 @@ def cell_statuses(plan) -> tuple[Counter, list[str]]:
         for c in plan.cells
     ]
     models = [(paths.lm_cell_record(plan.run, c), c.name) for c in plan.lm.cells]
-    for path, name in blocks + models:
+    tasks = (
+        [(paths.task_record(plan.run, c), c.name) for c in plan.tasks.cells] if plan.tasks else []
+    )
+    for path, name in blocks + models + tasks:
         if not os.path.exists(path):
             counts["no record"] += 1
             continue

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from ssmbench import budget
 from ssmbench.config import Cell, Plan
 
-CELL_RULES = ("bench", "paired", "lm_bench")  # the jobs that measure a cell
+CELL_RULES = ("bench", "paired", "lm_bench", "task_train")  # the jobs that make a cell
 
 
 @dataclass(frozen=True)
