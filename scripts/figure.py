@@ -18,7 +18,13 @@ with logged(snakemake):
     out = snakemake.output
     parameters = dict(snakemake.params.filters)
     # a whole-model run's tables are drawn as cells and ops (ssmbench.lm.table.cells_view)
-    kind = {"lm": "cells", "lm_ops": "ops"}.get(snakemake.params.table, snakemake.params.table)
+    # and a run's task figures' tables as tasks (ssmbench.tasks.table)
+    kind = {
+        "lm": "cells",
+        "lm_ops": "ops",
+        "task_accuracy": "tasks",
+        "quality_vs_speed": "tasks",
+    }.get(snakemake.params.table, snakemake.params.table)
     parameters.update(
         **{f"{kind}_path": os.path.abspath(snakemake.input.table)},
         out_pdf=os.path.abspath(out.pdf),

@@ -12,7 +12,9 @@ from ssmbench import heal, outcome, paths  # noqa: E402
 from ssmbench.config import (  # noqa: E402
     Cell,
     RUN_TABLES,
+    TASK_FIGURES,
     ConfigError,
+    FigureSpec,
     LMCell,
     lm_figures,
     plan,
@@ -301,11 +303,13 @@ def shipped_files(wildcards):
 
 def run_figures(run):
     """The figures of ``run``: the live run's (PLAN.figures), an imported run's (the
-    config's, of the cells table), or a shipped run's by the table it has: cells (the
-    config's figures) or lm (ssmbench.config.lm_figures)."""
+    config's, of the cells table), or a shipped run's by the tables it has: tasks
+    (TASK_FIGURES), cells (the config's figures) or lm (ssmbench.config.lm_figures)."""
     if (LIVE and run == RUN) or run in IMPORTED_RUNS:
         return PLAN.figures
     run_dir = Path(PLAN.precollected_dir, run)
+    if (run_dir / "tables" / paths.TASKS_TABLE).is_file():  # a run with tasks
+        return {name: FigureSpec(name) for name in TASK_FIGURES}
     if shipped_kind(run_dir) == "lm":
         ops = run_dir / "tables" / "lm_ops.csv"
         return lm_figures(
