@@ -14,6 +14,8 @@ from torch import nn
 from ssmbench.registry import FAMILIES
 from ssmbench.tasks.base import IGNORE, METRICS, PAD, TaskData
 from ssmbench.tasks.model import (
+    REQUIRED_KEYS,
+    STUDY_ENTRY,
     build_task_model,
     n_parameters,
     study_kwargs,
@@ -111,6 +113,11 @@ def test_task_size_of_the_study_configs(family, models, sizes):
     assert (size.d_model, size.n_layers) == (d_model, 2)
     assert (size.n_heads, size.head_dim, d_state) == sizes[family]
     assert (size.expand, size.d_conv, size.chunk) == (2, 4, 32)
+
+
+def test_every_family_has_a_study_entry_and_keys():
+    # a family added to the registry must say how the study's configs size it
+    assert tuple(STUDY_ENTRY) == tuple(REQUIRED_KEYS) == FAMILIES
 
 
 def test_task_size_takes_overrides_of_the_block_settings():
