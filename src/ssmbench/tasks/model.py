@@ -1,0 +1,200 @@
+"""A task head on the project's blocks: embedding -> a family's residual stack -> head.
+
+The case study sizes each family by a few keyword arguments (its configs' ``models:``
+entries); :func:`task_size` turns one entry into the project's :class:`Size` and
+d_state, and :func:`build_task_model` builds the model a task's data asks for.
+
+Glossary: b batch, l sequence length, d d_model, c classes.  This module imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from ssmbench import registry
+from ssmbench.config import Size
+from ssmbench.models.common import ResidualStack
+from ssmbench.tasks.base import PAD, TaskData
+
+# Our family -> the name of its entry in the study's configs.  DeltaNet and the hybrid are
+# ours, not the study's: DeltaNet takes the transformer's entry (d_model, n_layers and its
+# 4 heads), the hybrid the Mamba-2 entry (d_state, headdim; its attention layers get
+# d_model // headdim heads of that dim).
+STUDY_ENTRY = {
+    "attention": "transformer",
+    "s4d": "s4d",
+    "mamba": "mamba",
+    "mamba2": "mamba2",
+    "mamba3": "mamba3",
+    "deltanet": "transformer",
+    "hybrid": "mamba2",
+}
+
+# The keys of a family's entry: the study's (required, except DeltaNet's n_heads) ...
+REQUIRED_KEYS = {
+    "attention": ("d_model", "n_layers", "n_heads"),
+    "s4d": ("d_model", "n_layers", "d_state"),
+    "mamba": ("d_model", "n_layers", "d_state"),
+    "mamba2": ("d_model", "n_layers", "d_state", "headdim"),
+    "mamba3": ("d_model", "n_layers", "d_state", "headdim"),
+    "deltanet": ("d_model", "n_layers"),
+    "hybrid": ("d_model", "n_layers", "d_state", "headdim"),
+}
+# ... and the block settings the study fixes in its code, which an entry may override.
+# expand 2 and d_conv 4 are the Mamba papers'; chunk 32 is the chunked forms' chunk.
+OPTIONAL_KEYS = {"expand": 2, "d_conv": 4, "chunk": 32}
+# The families whose mixers see no order of their own (our attention has no positional
+# encoding: the benchmark times the mixer alone).  Their models add a sinusoidal position
+# code to the embedding (Vaswani et al. 2017, section 3.5): it has no parameters, as the
+# study's transformer (its parameter count has no position table), and is defined at
+# every length, so the exact-copy evaluations beyond the training length can run.
+POSITIONAL_FAMILIES = ("attention",)
+# Heads where an entry names neither n_heads nor headdim (DeltaNet; S4D and Mamba-1 do not
+# use heads): the study's transformer's 4.
+DEFAULT_HEADS = 4
+
+
+def study_kwargs(family: str, models: Mapping[str, Mapping]) -> dict:
+    """The entry of the study's ``models:`` mapping that sizes our ``family``
+    (:data:`STUDY_ENTRY`), as task_size takes it; KeyError naming both if it is absent."""
+    if family not in STUDY_ENTRY:
+        raise ValueError(f"unknown family {family!r}; known: {list(STUDY_ENTRY)}")
+    entry = STUDY_ENTRY[family]
+    if entry not in models:
+        raise KeyError(f"{family}: the study's models have no {entry!r} entry: {sorted(models)}")
+    return dict(models[entry])
+
+
+def task_size(family: str, cfg: Mapping) -> tuple[Size, int]:
+    """The project's block size and d_state for the study's model kwargs ``cfg`` of
+    ``family`` (one of ours: attention for the study's transformer).
+
+    head_dim is ``headdim`` where given, else d_model // n_heads; n_heads is d_model //
+    head_dim where not given (DEFAULT_HEADS where neither is).  d_state is 0 for the
+    families without one (attention, DeltaNet).  Raises ValueError naming the family and
+    the keys for an unknown family, unknown or missing keys, or sizes that do not divide.
+    """
+    if family not in REQUIRED_KEYS:
+        raise ValueError(f"unknown family {family!r}; known: {list(REQUIRED_KEYS)}")
+    required = REQUIRED_KEYS[family]
+    allowed = set(required) | set(OPTIONAL_KEYS)
+    if family == "deltanet":
+        allowed.add("n_heads")
+    unknown = sorted(set(cfg) - allowed)
+    if unknown:
+        raise ValueError(f"{family} model: unknown keys {unknown}; known: {sorted(allowed)}")
+    missing = [k for k in required if k not in cfg]
+    if missing:
+        raise ValueError(f"{family} model: missing keys {missing}")
+    for key, value in cfg.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{family} model: {key} must be a positive integer, got {value!r}")
+
+    d_model = cfg["d_model"]
+    if "headdim" in cfg:
+        head_dim = cfg["headdim"]
+        n_heads = cfg.get("n_heads", max(d_model // head_dim, 1))
+    else:
+        n_heads = cfg.get("n_heads", DEFAULT_HEADS)
+        if d_model % n_heads:
+            raise ValueError(
+                f"{family} model: d_model {d_model} is not divisible by n_heads {n_heads}"
+            )
+        head_dim = d_model // n_heads
+    size = Size(
+        d_model=d_model,
+        n_layers=cfg["n_layers"],
+        n_heads=n_heads,
+        head_dim=head_dim,
+        **{key: cfg.get(key, default) for key, default in OPTIONAL_KEYS.items()},
+    )
+    if family in ("mamba2", "mamba3", "hybrid") and size.d_inner % head_dim:
+        raise ValueError(
+            f"{family} model: expand * d_model = {size.d_inner} is not divisible by "
+            f"headdim {head_dim}"
+        )
+    d_state = 0 if family in registry.NO_STATE else cfg["d_state"]
+    return size, d_state
+
+
+def sinusoid_positions(length: int, d_model: int) -> torch.Tensor:
+    """``(length, d_model)`` position codes: channel pair (2i, 2i+1) holds sin and cos of
+    ``t / 10000^(2i / d_model)`` at position t (Vaswani et al. 2017, section 3.5)."""
+    t = torch.arange(length, dtype=torch.float32)[:, None]  # (l 1)
+    rate = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2) / d_model)  # (ceil(d/2))
+    angles = t * rate  # (l ceil(d/2))
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)[:, :d_model]  # (l d)
+
+
+class TaskModel(nn.Module):
+    """Token ids ``(b, l)`` -> class logits: ``(b, l, c)`` for kind "token" (a class per
+    position, from its prefix: every family is causal), ``(b, c)`` for kind "sequence"
+    (the mean of the final hidden states over the non-PAD positions).
+
+    The residual stack ends in its RMSNorm (``norm_f``), which is the norm before the head.
+    The embedding's PAD row is zero and gets no gradient (parity's bit 0 is id 0 as well:
+    that bit is the zero vector, which the blocks' biases still tell apart from bit 1).
+    With ``positions``, :func:`sinusoid_positions` are added to the embedding.
+    """
+
+    def __init__(
+        self,
+        stack: ResidualStack,
+        vocab_size: int,
+        n_classes: int,
+        kind: str,
+        positions: bool = False,
+    ):
+        super().__init__()
+        d_model = stack.norm_f.weight.shape[0]
+        self.kind = kind
+        self.positions = positions
+        self.vocab_size, self.n_classes = vocab_size, n_classes
+        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=PAD)
+        self.stack = stack
+        self.head = nn.Linear(d_model, n_classes)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        x = self.embed(inputs)  # (b l d)
+        if self.positions:
+            x = x + sinusoid_positions(x.shape[1], x.shape[2]).to(x)  # (b l d)
+        x, _ = self.stack(x)  # (b l d), normed; the caches are not needed
+        if self.kind == "token":
+            return self.head(x)  # (b l c)
+        keep = (inputs != PAD).to(x.dtype)[..., None]  # (b l 1)
+        pooled = (x * keep).sum(1) / keep.sum(1).clamp(min=1)  # (b d): all-PAD rows give 0
+        return self.head(pooled)  # (b c)
+
+
+def build_task_model(
+    family: str, cfg: Mapping, data: TaskData, backend: str = "torch", seed: int = 0
+) -> TaskModel:
+    """The ``family`` model sized by the study's kwargs ``cfg`` (:func:`task_size`), with the
+    vocabulary, classes and kind of ``data``, running ``backend``, in float32 on the CPU;
+    with position codes for :data:`POSITIONAL_FAMILIES`.
+
+    The weights depend only on (family, cfg, data's vocab and classes, seed): they are
+    drawn from a private generator state (as :func:`ssmbench.models.build_model` draws
+    them), so the global one is left as it was.
+    """
+    if backend not in registry.MODEL_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; known: {list(registry.MODEL_BACKENDS)}")
+    size, d_state = task_size(family, cfg)
+    module = importlib.import_module(registry.FAMILY[family].module)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        mixers = [module.build_mixer(size, d_state, layer) for layer in range(size.n_layers)]
+        stack = ResidualStack(mixers, size.d_model, backend)
+        positions = family in POSITIONAL_FAMILIES
+        model = TaskModel(stack, data.vocab_size, data.n_classes, data.kind, positions)
+    return model
+
+
+def n_parameters(model: nn.Module) -> int:
+    """The number of parameters of ``model`` (a tensor shared by two modules counts once)."""
+    return sum(p.numel() for p in model.parameters())
