@@ -37,11 +37,11 @@ def test_a_budget_changes_only_what_it_names_and_the_cut_says_each_change():
     plan = plan_of("tasks")
     study = load_tasks()["parity"]
     ours = plan.tasks.spec("parity")
-    assert ours["train"]["epochs"] == 4 and study["train"]["epochs"] == 20
+    assert ours["train"]["epochs"] == 3 and study["train"]["epochs"] == 20
     assert ours["train"]["lr"] == study["train"]["lr"] == 3.0e-3
     assert ours["models"] == study["models"]  # sizes are the study's
     cut = plan.tasks.cut("parity")
-    assert "train.epochs 20 -> 4" in cut and "data.train.n 2000 -> 1024" in cut
+    assert "train.epochs 20 -> 3" in cut and "data.train.n 2000 -> 1024" in cut
     assert "lr" not in cut and plan.tasks.why_cut in cut
 
 
