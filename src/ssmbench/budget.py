@@ -197,6 +197,75 @@ def lm_jobs(plan: Plan, costs: Costs) -> list[Job]:
     return out
 
 
+# A training step (forward, backward, AdamW) of each family at the case study's parity
+# size (batch 64, L = 128, d_model 64, 2 layers), one thread on the 2-core VM (median of
+# 15 steps, 2026-12-01, tasks/train.py); a job's steps scale with batch x L x d_model x
+# layers.  Mamba-1's vectorised scan is the slow one.  On a GPU every family is far faster
+# and launch-bound at these sizes: a rough 20 ms a step until a lease measures it.
+TASK_STEP_S = {
+    "attention": 0.069,
+    "s4d": 0.074,
+    "mamba": 1.934,
+    "mamba2": 0.270,
+    "mamba3": 0.317,
+    "deltanet": 0.355,
+    "hybrid": 0.226,
+}
+TASK_STEP_WORK = 64 * 128 * 64 * 2
+TASK_STEP_S_CUDA = 0.02
+EVAL_STEP_FRACTION = 1 / 3  # a forward without backward or update
+
+
+def _train_len(data: dict) -> int:
+    """A split's sequence length, from its generator's parameters."""
+    if "seq_len" in data:
+        return data["seq_len"]
+    if "max_len" in data and "max_features" in data:  # IMDb: reviews truncated to it
+        return data["max_len"]
+    if "length" in data or "max_len" in data:  # exact copying: bos s sep s eos
+        return 2 * data.get("length", data.get("max_len")) + 2
+    return 128
+
+
+def task_jobs(plan: Plan, costs: Costs) -> list[Job]:
+    """The training jobs of a plan with tasks, each priced by its steps (and evaluations)
+    at the family's measured step time, scaled by its size; one thread per job, so
+    ``costs.parallel`` run side by side and each costs its share of the wall time.  Rough:
+    the step times were measured at one size and scale by arithmetic."""
+    import math
+
+    from ssmbench.tasks.imdb import has_data
+
+    imdb_here = has_data(plan.tasks.imdb_dir)
+    out = []
+    for c in plan.tasks.cells:
+        if c.task == "imdb" and not imdb_here:  # unavailable: the job only says so
+            out.append(Job("task_train", c.name, costs.start_s / costs.parallel))
+            continue
+        spec = plan.tasks.spec(c.task)
+        train, model = spec["train"], spec["models"][c.family]
+        data = spec["data"]["train"]
+        n = data.get("n") or data.get("subset") or 25000  # IMDb without a subset: all
+        length = _train_len(data)
+        work = train["batch_size"] * length * model["d_model"] * model["n_layers"]
+        step = (
+            TASK_STEP_S_CUDA
+            if plan.device == "cuda"
+            else TASK_STEP_S[c.family] * work / TASK_STEP_WORK
+        )
+        steps = train["epochs"] * math.ceil(n / train["batch_size"])
+        evals = sum(
+            (e.get("n") or e.get("subset") or 25000)
+            * _train_len(e)
+            / (train["batch_size"] * length)
+            for e in spec["data"]["evals"].values()
+        )
+        rounds = train["epochs"] if train.get("eval_every_epoch", True) else 1
+        seconds = costs.start_s + step * (steps + evals * rounds * EVAL_STEP_FRACTION)
+        out.append(Job("task_train", c.name, seconds / costs.parallel))
+    return out
+
+
 def jobs(plan: Plan) -> list[Job]:
     """Every job of ``plan`` with its estimated seconds, in the order the run schedules
     them (calibration, then verification, prewarming and cells, headline first)."""
@@ -230,6 +299,8 @@ def jobs(plan: Plan) -> list[Job]:
         name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
         seconds = boot + costs.build_s + costs.profile_s
         out.append(Job("profile", name, seconds))
+    if plan.tasks:
+        out += task_jobs(plan, costs)
     out.append(Job("aggregate", "tables, claims", costs.aggregate_s))
     # figures run side by side (local jobs): each costs its share of the wall time
     for name in plan.figures:

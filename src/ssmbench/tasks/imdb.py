@@ -108,6 +108,16 @@ def _read_parquet(files: list[Path]) -> tuple[list[str], list[int]]:
     return texts, labels
 
 
+def has_data(root: str | Path) -> bool:
+    """Whether either layout holds a training split under ``root`` (a cheap look, for the
+    plan's cost; reading it may still find it broken)."""
+    root = Path(root)
+    try:
+        return _acl_folder(root, "train") is not None or bool(_parquet_files(root, "train"))
+    except ValueError:
+        return True  # there, but broken: the job will say how
+
+
 def read_split(root: str | Path, split: str) -> tuple[list[str], list[int]]:
     """The split's reviews and labels (0 neg, 1 pos), sorted by (label, text).
 
