@@ -35,7 +35,7 @@ PLUGINS = Path(sys.executable).parent.parent / "slurm-plugins"  # `make slurm`
 
 SNAKEFILE = textwrap.dedent(
     """
-    N = int(config["n"])
+    N = int(config["n_jobs"])
 
     rule all:
         input:
@@ -58,7 +58,7 @@ def run_once(workdir: Path, n: int, slurm: bool, partition: str) -> float:
     (workdir / "out").mkdir(parents=True, exist_ok=True)
     for f in (workdir / "out").iterdir():
         f.unlink()
-    cmd = [SNAKEMAKE, "--snakefile", str(workdir / "Snakefile"), "--config", f"n={n}"]
+    cmd = [SNAKEMAKE, "--snakefile", str(workdir / "Snakefile")]
     env = dict(os.environ)
     if slurm:
         cmd += [
@@ -77,6 +77,7 @@ def run_once(workdir: Path, n: int, slurm: bool, partition: str) -> float:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
     else:
         cmd += ["--cores", "all"]
+    cmd += ["--config", f"n_jobs={n}"]  # last: --config takes every word after it
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
