@@ -373,3 +373,12 @@ def test_importing_the_task_figures_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["task_accuracy", "quality_vs_speed"])
+def test_the_same_table_gives_the_same_pdf(name, tmp_path):
+    for pdf in ("a.pdf", "b.pdf"):
+        fig = figures.draw(name, task_table())
+        figures.save(fig, tmp_path / pdf)
+        plt.close(fig)
+    assert (tmp_path / "a.pdf").read_bytes() == (tmp_path / "b.pdf").read_bytes()
