@@ -382,3 +382,16 @@ def test_the_same_table_gives_the_same_pdf(name, tmp_path):
         figures.save(fig, tmp_path / pdf)
         plt.close(fig)
     assert (tmp_path / "a.pdf").read_bytes() == (tmp_path / "b.pdf").read_bytes()
+
+
+def test_a_cut_per_task_is_said_per_task_and_close_latencies_keep_tick_labels():
+    table = task_table()
+    table["cut"] = table.task.map({"parity": "epochs 20 -> 1"}).fillna("epochs 6 -> 2")
+    table["decode_ms"] = 0.47 + 0.005 * table.family.map(FAMILIES.index)  # within 7%
+    fig = figures.draw("quality_vs_speed", table)
+    assert "budget cut: parity: epochs 20 -> 1; selective_copy: epochs 6 -> 2;" in words(fig)
+    decode = by_title(fig)["parity vs decode"]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in decode.get_xticklabels() if t.get_text()]
+    assert labels and all("10^" not in label for label in labels), labels
+    plt.close(fig)

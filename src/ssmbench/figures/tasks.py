@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ssmbench.figures import panels as P
 from ssmbench.figures.data import joined, none_found, select, with_columns
@@ -102,9 +102,21 @@ def _budget(data: pd.DataFrame) -> str:
     return "budget cut from the case study's (footnote)" if cut else "the case study's budget"
 
 
+def _cut_note(data: pd.DataFrame) -> str:
+    """The cut, said once per task (each task's training is cut on its own), or ""."""
+    by_task = [
+        (task, joined(data[data.task == task], "cut"))
+        for task in sorted(set(data.task), key=lambda t: _split_key((t, "")))
+    ]
+    cuts = [(task, cut) for task, cut in by_task if cut]
+    if len({cut for _, cut in cuts}) <= 1:  # one cut for every task: said once
+        return cuts[0][1] if cuts else ""
+    return "; ".join(f"{task}: {cut}" for task, cut in cuts)
+
+
 def _footnote(fig: plt.Figure, data: pd.DataFrame, *extra: str) -> None:
     """The cut note (how this run's budget differs from the study's) under the panels."""
-    cut = joined(data, "cut")
+    cut = _cut_note(data)
     words = [f"budget cut: {cut}" if cut else "budget: as the case study's", *extra]
     fig.text(
         0.01,
@@ -312,14 +324,14 @@ def _quality_panel(
     if message:
         P.missing(ax, message)
         return
-    no_speed, placed = [], 0
+    no_speed, placed = [], []
     for family in _families(rows):
         mine = rows[rows.family == family]
         x = _first(mine, speed)
         if np.isnan(x) or x <= 0:
             no_speed.append(family)
             continue
-        placed += 1
+        placed.append(x)
         c = color(family)
         ok = _ok(mine)
         if len(ok):
@@ -347,7 +359,7 @@ def _quality_panel(
         P.missing(ax, f"no family of {_split_title(task, ev)} has a {speed} speed cell{listed}")
         return
     _chance(ax, rows)
-    _log_ms(ax)
+    _log_ms(ax, placed)
     ax.set_ylim(-0.04, 1.16)  # the band above 1 holds the "no speed cell" note
     ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_xlabel(xlabel, fontsize=8)
@@ -366,12 +378,12 @@ def _quality_panel(
         )
 
 
-def _log_ms(ax: plt.Axes) -> None:
-    """A log x axis in ms whose labels read as plain numbers (1, 2, 5, 10, ...), so close
-    latencies do not print overlapping ``3 x 10^0`` labels."""
+def _log_ms(ax: plt.Axes, xs: Sequence[float]) -> None:
+    """A log x axis in ms labelled 1, 2, 5 per decade as plain numbers, so close latencies
+    print neither overlapping ``3 x 10^0`` labels nor none at all: the limits pad the
+    points by 1.6x each side, a span (2.56x) that always holds a 1, 2 or 5."""
     ax.set_xscale("log")
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    ax.xaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(
-        FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else "")
-    )
+    ax.set_xlim(min(xs) / 1.6, max(xs) * 1.6)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
