@@ -28,6 +28,7 @@ from ssmbench.figures.latency import latency_scaling, throughput, ttft_tpot_cros
 from ssmbench.figures.memory import memory_footprint
 from ssmbench.figures.ops import op_breakdown
 from ssmbench.figures.panels import plt
+from ssmbench.figures.tasks import quality_vs_speed, task_accuracy
 from ssmbench.figures.utilization import (
     bandwidth_utilization,
     compute_utilization,
@@ -50,6 +51,8 @@ FIGURES: dict[str, Callable[..., plt.Figure]] = {
     "throughput": throughput,
     "go_no_go": go_no_go,
     "claims": claims,
+    "task_accuracy": task_accuracy,
+    "quality_vs_speed": quality_vs_speed,
 }
 
 
