@@ -10,6 +10,7 @@ import os
 import _src  # noqa: F401  (puts ../src on sys.path)
 import papermill
 
+from ssmbench.config import NOTEBOOK_KIND
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
 
@@ -17,14 +18,7 @@ with logged(snakemake):
     started = now()
     out = snakemake.output
     parameters = dict(snakemake.params.filters)
-    # a whole-model run's tables are drawn as cells and ops (ssmbench.lm.table.cells_view)
-    # and a run's task figures' tables as tasks (ssmbench.tasks.table)
-    kind = {
-        "lm": "cells",
-        "lm_ops": "ops",
-        "task_accuracy": "tasks",
-        "quality_vs_speed": "tasks",
-    }.get(snakemake.params.table, snakemake.params.table)
+    kind = NOTEBOOK_KIND.get(snakemake.params.table, snakemake.params.table)
     parameters.update(
         **{f"{kind}_path": os.path.abspath(snakemake.input.table)},
         out_pdf=os.path.abspath(out.pdf),

@@ -15,9 +15,10 @@ import pytest
 
 from ssmbench import analysis, figures, tables
 from ssmbench import claims as ledger
-from ssmbench.config import FigureSpec
+from ssmbench.config import NOTEBOOK_KIND, FigureSpec
 from ssmbench.figures import style
 from ssmbench.figures.utilization import CACHE_RESIDENT_LABEL
+from ssmbench.tasks import table as task_table
 from tests.conftest import NOTEBOOKS, draw_notebook, make_record
 
 
@@ -405,7 +406,8 @@ def test_every_figure_has_a_parameterized_notebook():
         tagged = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
         assert len(tagged) == 1, name
         source = "".join(tagged[0]["source"])
-        path = f"{FigureSpec(name).table}_path"  # the table the figure reads
+        table = FigureSpec(name).table  # the table the figure reads, as its notebook is told
+        path = f"{NOTEBOOK_KIND.get(table, table)}_path"
         for param in (path, "out_pdf", "out_png", "models", "backends"):
             assert f"{param} = " in source, (name, param)
         code = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
@@ -477,6 +479,8 @@ def test_claims_figure_lists_every_claim_with_its_verdict(tmp_path):
 # Every figure, from an empty table of its kind and from the shipped precollected run.
 
 PRECOLLECTED = Path(__file__).resolve().parent.parent / "results/precollected/cpu/tables"
+# the task figures' tables are a run with tasks' (the shipped tasks-cpu run)
+PRECOLLECTED_TASKS = PRECOLLECTED.parent.parent / "tasks-cpu" / "tables"
 # The columns of each kind of table a figure reads (ssmbench.config.FIGURE_TABLES).
 TABLE_COLUMNS = {
     "cells": list(tables.CELLS_SCHEMA.columns),
@@ -484,12 +488,17 @@ TABLE_COLUMNS = {
     "claims": ledger.COLUMNS,
     "go_no_go": analysis.GO_NO_GO_COLUMNS,
     "speedups": analysis.SPEEDUP_COLUMNS,
+    "task_accuracy": task_table.FIGURE_COLUMNS,
+    "quality_vs_speed": task_table.FIGURE_COLUMNS + task_table.SPEED_COLUMNS,
 }
 
 
 def read_precollected(kind: str) -> pd.DataFrame:
-    """A table of the shipped CPU run, read as the figure's notebook reads it."""
-    path = PRECOLLECTED / f"{kind}.csv"
+    """A table of the shipped CPU run (the task figures': the shipped tasks-cpu run's),
+    read as the figure's notebook reads it."""
+    path = (
+        PRECOLLECTED_TASKS if kind in task_table.FIGURE_TABLES else PRECOLLECTED
+    ) / f"{kind}.csv"
     if kind == "cells":
         return tables.read_cells(path)
     if kind in ("go_no_go", "speedups"):

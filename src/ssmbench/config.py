@@ -205,6 +205,15 @@ FIGURE_TABLES = {
     "task_accuracy": "task_accuracy",
     "quality_vs_speed": "quality_vs_speed",
 }
+# the table kind a figure's notebook is given (its parameter ``<kind>_path``), where it
+# is not the table's own: a whole-model run's lm tables are drawn as cells and ops
+# (ssmbench.lm.table.cells_view), and both task figures' tables as tasks
+NOTEBOOK_KIND = {
+    "lm": "cells",
+    "lm_ops": "ops",
+    "task_accuracy": "tasks",
+    "quality_vs_speed": "tasks",
+}
 # the tables a figure copies as they are, made by the aggregate, verdict or task rules
 RUN_TABLES = ("claims", "go_no_go", "speedups", "task_accuracy", "quality_vs_speed")
 # A whole-model run's figures: the block figures of SSM-Scope's kinds, drawn by the same
