@@ -7,6 +7,7 @@ plain rerun of its job only; and the shipped-run path draws the figures without 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -103,11 +104,13 @@ def test_a_second_run_has_nothing_to_do(tasks_run):
 def test_a_damaged_record_is_moved_aside_and_only_its_job_reruns(tasks_run):
     wf, _ = tasks_run
     cell = PLAN.tasks.cells[0]
-    record = wf / paths.task_record(RUN, cell)
-    record.write_text(record.read_text().replace('"status": "ok"', '"status": "fine"'))
-    dry = finished(snakemake(wf, "-n", "--config", "preset=tasks-ci"))
-    text = dry.stdout + dry.stderr
-    assert "task_train" in text and text.count("rule task_train:") == 1
-    finished(snakemake(wf, "--config", "preset=tasks-ci"))
-    check(record)
-    assert json.loads(record.read_text())["status"] == "ok"
+    damaged = wf / paths.task_record(RUN, cell)
+    others = [wf / paths.task_record(RUN, c) for c in PLAN.tasks.cells if c != cell]
+    before = {p: p.stat().st_mtime_ns for p in others}
+    damaged.write_text(damaged.read_text().replace('"status": "ok"', '"status": "fine"'))
+    out = finished(snakemake(wf, "--config", "preset=tasks-ci", timeout=600))
+    assert f"{paths.task_record(RUN, cell)}: " in out.stderr and ".corrupt" in out.stderr
+    assert Path(f"{damaged}.corrupt").is_file()
+    check(damaged)
+    assert json.loads(damaged.read_text())["status"] == "ok"
+    assert {p: p.stat().st_mtime_ns for p in others} == before  # nothing else retrained

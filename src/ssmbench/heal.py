@@ -166,7 +166,7 @@ def planned_outputs(plan) -> list[tuple[str, Check]]:
     outputs += [(paths.lm_cell_record(run, c), _lm_cell) for c in lm.cells]
     for c in sorted(lm.profiled):
         outputs += [(paths.lm_ops(run, c), _ops), (paths.lm_trace(run, c), _bytes_only)]
-    if plan.tasks:  # training jobs (ssmbench.tasks)
+    if getattr(plan, "tasks", None):  # training jobs (ssmbench.tasks)
         outputs += [(paths.task_record(run, c), _task) for c in plan.tasks.cells]
     return outputs
 
@@ -216,10 +216,14 @@ def stale_tables(plan, unfinished: list[str], write: bool, log) -> None:
     is remade only if a job downstream must run: once the run's tables exist, Snakemake
     would find nothing to do and the tables would go on showing a row without a record.
     So the sidecar of the first table goes, and ``aggregate`` must run again, after the
-    jobs that remake what is missing."""
+    jobs that remake what is missing; and with tasks, tasks.csv's (``task_table``, which
+    reads the task records; aggregate reads it)."""
     first = paths.LM_TABLES[0] if plan.kind == "lm" else paths.TABLES[0]
-    sidecar = paths.prov(paths.table(plan.run, first))
-    if not unfinished or not os.path.exists(sidecar):
+    sidecars = [paths.prov(paths.table(plan.run, first))]
+    if getattr(plan, "tasks", None):
+        sidecars.append(paths.prov(paths.table(plan.run, paths.TASKS_TABLE)))
+    sidecars = [s for s in sidecars if os.path.exists(s)]
+    if not unfinished or not sidecars:
         return
     shown = unfinished[:LISTED]
     more = f" (and {len(unfinished) - len(shown)} more)" if len(unfinished) > len(shown) else ""
@@ -230,7 +234,8 @@ def stale_tables(plan, unfinished: list[str], write: bool, log) -> None:
     for path in shown:
         print(f"  {path}", file=log)
     if write:
-        os.remove(sidecar)
+        for sidecar in sidecars:
+            os.remove(sidecar)
 
 
 # The outputs the cells read (``ancient()`` inputs of bench, paired, profile, prewarm)

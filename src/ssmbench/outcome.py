@@ -55,9 +55,8 @@ def cell_statuses(plan) -> tuple[Counter, list[str]]:
         for c in plan.cells
     ]
     models = [(paths.lm_cell_record(plan.run, c), c.name) for c in plan.lm.cells]
-    tasks = (
-        [(paths.task_record(plan.run, c), c.name) for c in plan.tasks.cells] if plan.tasks else []
-    )
+    matrix = getattr(plan, "tasks", None)  # training jobs (ssmbench.tasks)
+    tasks = [(paths.task_record(plan.run, c), c.name) for c in matrix.cells] if matrix else []
     for path, name in blocks + models + tasks:
         if not os.path.exists(path):
             counts["no record"] += 1
