@@ -87,3 +87,24 @@ def test_an_unknown_preset_is_named():
         capture_output=True, text=True,
     )  # fmt: skip
     assert out.returncode != 0 and "unknown value 'nope'" in out.stderr
+
+
+def test_a_task_job_is_priced_by_its_steps_and_imdb_without_data_only_starts(tmp_path):
+    plan = config.plan(config.load(overrides={"preset": "tasks"}))
+    costs = budget.costs_for(plan.device)
+    missing = replace(plan, tasks=replace(plan.tasks, imdb_dir=str(tmp_path / "none")))
+    jobs = {j.name: j.seconds for j in budget.task_jobs(missing, costs)}
+    assert len(jobs) == len(plan.tasks.cells)
+    assert jobs["imdb/mamba/s0"] == pytest.approx(costs.start_s / costs.parallel)
+    # the same steps cost more for the family with the slower step, and a seed is a seed
+    assert jobs["parity/mamba/s0"] > 10 * jobs["parity/attention/s0"]
+    assert jobs["parity/mamba/s0"] == jobs["parity/mamba/s2"]
+    # twice the epochs, about twice the training
+    longer = replace(plan, tasks=replace(plan.tasks, imdb_dir=str(tmp_path / "none")))
+    specs = dict(longer.tasks.specs)
+    specs["parity"] = {**specs["parity"], "train": {**specs["parity"]["train"], "epochs": 6}}
+    longer = replace(longer, tasks=replace(longer.tasks, specs=specs))
+    twice = {j.name: j.seconds for j in budget.task_jobs(longer, costs)}
+    start = costs.start_s / costs.parallel
+    ratio = (twice["parity/mamba3/s0"] - start) / (jobs["parity/mamba3/s0"] - start)
+    assert ratio == pytest.approx(2.0, rel=0.05)

@@ -52,6 +52,9 @@ TINY = {
 for sweep in TINY["presets"]["ci"]["sweeps"] + TINY["presets"]["ci"]["paired"]["sweeps"]:
     sweep.update(backends=["torch"], batch=[1], seq_len=[32], d_state=[4], dtype=["fp32"])
 TARGET = "results/ci/tables/cells.csv"
+# a figure too: its figure_table and figure jobs (papermill) run on the cluster as well
+FIGURE = "latency_scaling"
+TARGETS = [TARGET, f"figures/ci/{FIGURE}.png"]
 # What this cluster differs in from one with slurmdbd: job states come from squeue (kept
 # for MinJobAge), and the first status check comes sooner than the plugin's 40 s.  Every
 # bench job is marked as a GPU job, which SLURM can place on the fake gres GPU.
@@ -156,7 +159,7 @@ def runs(cluster, tmp_path_factory) -> dict:
     started = time.monotonic()
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [SNAKEMAKE, "--cores", "2", TARGET, *CLUSTER_ARGS, *config],
+            [SNAKEMAKE, "--cores", "2", *TARGETS, *CLUSTER_ARGS, *config],
             cwd=wf,
             env={**os.environ, **ON_SLURM},
             stdout=out,
@@ -174,9 +177,9 @@ def runs(cluster, tmp_path_factory) -> dict:
                 process.kill()
     seconds = time.monotonic() - started
     output = log.read_text()
-    again = snakemake(wf, TARGET, *CLUSTER_ARGS, *config, env=ON_SLURM, timeout=300)
+    again = snakemake(wf, *TARGETS, *CLUSTER_ARGS, *config, env=ON_SLURM, timeout=300)
     local = copy_workflow(root / "local", precollected=False)
-    local_run = snakemake(local, TARGET, *config, timeout=600)
+    local_run = snakemake(local, *TARGETS, *config, timeout=600)
     assert local_run.returncode == 0, local_run.stderr[-3000:]
     return dict(
         wf=wf,
@@ -273,6 +276,21 @@ def test_the_tables_are_those_of_a_local_run(runs):
     assert list(on_slurm.columns) == list(local.columns)
     assert on_slurm[KEYS + ["status"]].values.tolist() == local[KEYS + ["status"]].values.tolist()
     assert set(on_slurm.status) == {"ok"}
+
+
+@pytest.mark.slow
+def test_the_figure_is_that_of_a_local_run(runs):
+    """The figure is drawn from a table of the same cells as the local run's (their
+    timings differ, so the pixels do; the rows and statuses may not), on the submit host:
+    figure_table and figure are local rules, too cheap to queue."""
+    prov = json.loads((runs["wf"] / f"figures/ci/{FIGURE}.png.prov.json").read_text())
+    assert prov["rule"] == "figure" and prov["slurm_job_id"] is None, prov
+    for wf in (runs["wf"], runs["local"]):
+        assert (wf / f"figures/ci/{FIGURE}.pdf").stat().st_size > 0
+    table = f"results/ci/tables/figures/{FIGURE}.csv"
+    on_slurm = pd.read_csv(runs["wf"] / table).sort_values(KEYS)
+    local = pd.read_csv(runs["local"] / table).sort_values(KEYS)
+    assert on_slurm[KEYS + ["status"]].values.tolist() == local[KEYS + ["status"]].values.tolist()
 
 
 @pytest.mark.slow
