@@ -68,6 +68,12 @@ def draw_notebook(name: str, table: Path, out_dir: Path) -> None:
     assert (out_dir / "fig.png").stat().st_size > 1000
 
 
+def succeeded(out: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``out`` of a Snakemake run that must have succeeded; else fail with its output's end."""
+    assert out.returncode == 0, f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
+    return out
+
+
 @pytest.fixture
 def workflow_copy(tmp_path: Path) -> Path:
     return copy_workflow(tmp_path / "wf")

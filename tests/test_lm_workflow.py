@@ -16,7 +16,7 @@ from ssmbench import paths
 from ssmbench.lm import zoo
 from ssmbench.lm.table import read_lm_table
 from ssmbench.provenance import check
-from tests.conftest import copy_workflow, snakemake
+from tests.conftest import copy_workflow, snakemake, succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -24,15 +24,10 @@ PLAN = sbconfig.plan(sbconfig.load(overrides={"preset": "lm-ci"}))
 RUN = PLAN.run
 
 
-def finished(out):
-    assert out.returncode == 0, f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
-    return out
-
-
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
     wf = copy_workflow(tmp_path_factory.mktemp("lm") / "wf", precollected=False)
-    out = finished(snakemake(wf, "--config", "preset=lm-ci", timeout=1200))
+    out = succeeded(snakemake(wf, "--config", "preset=lm-ci", timeout=1200))
     return wf, out
 
 
@@ -101,7 +96,7 @@ def test_a_damaged_record_is_moved_aside_and_only_its_cell_reruns(lm_run):
     others = [wf / paths.lm_cell_record(RUN, c) for c in PLAN.lm.cells if c != cell]
     before = {p: p.stat().st_mtime_ns for p in others}
     damaged.write_text(damaged.read_text()[:200])  # a truncated JSON object
-    out = finished(snakemake(wf, "--config", "preset=lm-ci", timeout=600))
+    out = succeeded(snakemake(wf, "--config", "preset=lm-ci", timeout=600))
     assert f"{paths.lm_cell_record(RUN, cell)}: " in out.stderr and ".corrupt" in out.stderr
     assert Path(f"{damaged}.corrupt").is_file()
     assert json.loads(damaged.read_text())["status"] == "ok"

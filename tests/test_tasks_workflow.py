@@ -15,7 +15,7 @@ import pytest
 from ssmbench import config as sbconfig
 from ssmbench import paths
 from ssmbench.provenance import check
-from tests.conftest import copy_workflow, snakemake
+from tests.conftest import copy_workflow, snakemake, succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -23,15 +23,10 @@ PLAN = sbconfig.plan(sbconfig.load(overrides={"preset": "tasks-ci"}))
 RUN = PLAN.run
 
 
-def finished(out):
-    assert out.returncode == 0, f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
-    return out
-
-
 @pytest.fixture(scope="module")
 def tasks_run(tmp_path_factory):
     wf = copy_workflow(tmp_path_factory.mktemp("tasks") / "wf", precollected=False)
-    out = finished(snakemake(wf, "--config", "preset=tasks-ci", timeout=1200))
+    out = succeeded(snakemake(wf, "--config", "preset=tasks-ci", timeout=1200))
     return wf, out
 
 
@@ -97,7 +92,7 @@ def test_the_task_figures_are_drawn(tasks_run):
 
 def test_a_second_run_has_nothing_to_do(tasks_run):
     wf, _ = tasks_run
-    out = finished(snakemake(wf, "-n", "--config", "preset=tasks-ci"))
+    out = succeeded(snakemake(wf, "-n", "--config", "preset=tasks-ci"))
     assert "Nothing to be done" in out.stdout + out.stderr
 
 
@@ -108,7 +103,7 @@ def test_a_damaged_record_is_moved_aside_and_only_its_job_reruns(tasks_run):
     others = [wf / paths.task_record(RUN, c) for c in PLAN.tasks.cells if c != cell]
     before = {p: p.stat().st_mtime_ns for p in others}
     damaged.write_text(damaged.read_text().replace('"status": "ok"', '"status": "fine"'))
-    out = finished(snakemake(wf, "--config", "preset=tasks-ci", timeout=600))
+    out = succeeded(snakemake(wf, "--config", "preset=tasks-ci", timeout=600))
     assert f"{paths.task_record(RUN, cell)}: " in out.stderr and ".corrupt" in out.stderr
     assert Path(f"{damaged}.corrupt").is_file()
     check(damaged)

@@ -84,6 +84,20 @@ def _unavailable_message(task: str, ev: str, rows: pd.DataFrame) -> str | None:
     return f"{_split_title(task, ev)}: unavailable: {joined(rows, 'reason') or 'no reason given'}"
 
 
+def _not_run(ax: plt.Axes, xs: list[float], status: str, family: str) -> None:
+    """Seeds of ``family`` that did not run, as its status's marker at the panel's foot."""
+    ax.scatter(
+        xs,
+        [FLOOR] * len(xs),
+        marker=STATUS_MARKERS.get(status, "x"),
+        color=color(family),
+        s=50,
+        clip_on=False,
+        zorder=4,
+        label=f"{family}: {status}",
+    )
+
+
 def _first(rows: pd.DataFrame, col: str) -> float:
     """The first known value of ``col`` in ``rows`` (NaN if none)."""
     known = rows[col].dropna()
@@ -238,16 +252,7 @@ def _family_column(
         ax.plot([slot - 0.25, slot + 0.25], [values.mean()] * 2, color=c, lw=2.2, zorder=3)
         ax.plot([slot, slot], [values.min(), values.max()], color=c, lw=1, alpha=0.7)
     for status, group in rows[rows.status != "ok"].groupby("status", sort=True):
-        ax.scatter(
-            [x_of(s) for s in group.seed],
-            [FLOOR] * len(group),
-            marker=STATUS_MARKERS.get(status, "x"),
-            color=c,
-            s=50,
-            clip_on=False,
-            zorder=4,
-            label=f"{family}: {status}",
-        )
+        _not_run(ax, [x_of(s) for s in group.seed], status, family)
     study = _first(rows, "study")
     if not np.isnan(study):
         ax.scatter(
@@ -343,16 +348,7 @@ def _quality_panel(
         else:
             y = FLOOR
         for status in sorted(set(mine.status) - {"ok"}):
-            ax.scatter(
-                [x],
-                [FLOOR],
-                marker=STATUS_MARKERS.get(status, "x"),
-                color=c,
-                s=50,
-                clip_on=False,
-                zorder=4,
-                label=f"{family}: {status}",
-            )
+            _not_run(ax, [x], status, family)
         ax.annotate(family, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7, color=c)
     if not placed:
         listed = f" (no speed cell: {', '.join(no_speed)})" if no_speed else ""
