@@ -216,8 +216,8 @@ def test_the_lease_script_stops_at_its_budget_and_brings_the_partial_run_home(
     wf = copy_workflow(tmp_path / "wf", precollected=False)
     dest = tmp_path / "out"
     tests = "test_visible_devices_count_what_cuda_may_use"  # a lease starts with its tests
-    # 100 s for the run after the tests and the plan: a few cells, far from the ~5 min of all
-    args = ("--budget-s", "180", "--reserve-s", "80", "--tests", tests)
+    # 70 s for the tests, the plan and the run: a few cells, far from the ~5 min of all
+    args = ("--budget-s", "140", "--reserve-s", "70", "--tests", tests)
     proc = _lease_script(wf, dest, *args)
     stdout, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, stdout[-4000:]
