@@ -247,7 +247,7 @@ def test_every_job_ran_as_a_slurm_job_on_the_node(runs):
 
 
 @pytest.mark.slow
-def test_gpu_jobs_asked_slurm_for_a_gpu(runs):
+def test_jobs_holding_the_device_asked_slurm_for_one(runs):
     """A job holding `gpu: 1` is submitted with --gpus=1 (SLURM: gres:gpu:1); no other."""
     by_rule = {}
     for sidecar in sidecars(runs["wf"]):
