@@ -236,7 +236,8 @@ def test_the_lease_script_brings_the_run_home_on_sigterm(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     wf = copy_workflow(tmp_path / "wf", precollected=False)
     dest = tmp_path / "out"
-    proc = _lease_script(wf, dest)
+    # one quick test first, not the default `-k gpu` selection (collecting it takes 7 s)
+    proc = _lease_script(wf, dest, "--tests", "test_visible_devices_count_what_cuda_may_use")
     deadline = time.monotonic() + 300
     # wait until a few cells are measured (Snakemake deletes the outputs of a job it has
     # not yet seen end), then stop the script as a lease's end would

@@ -96,7 +96,8 @@ def test_a_damaged_record_is_moved_aside_and_only_its_cell_reruns(lm_run):
     others = [wf / paths.lm_cell_record(RUN, c) for c in PLAN.lm.cells if c != cell]
     before = {p: p.stat().st_mtime_ns for p in others}
     damaged.write_text(damaged.read_text()[:200])  # a truncated JSON object
-    out = succeeded(snakemake(wf, "--config", "preset=lm-ci", timeout=600))
+    table = paths.table(RUN, "lm.csv")  # not the figures: quicker, the same heal
+    out = succeeded(snakemake(wf, table, "--config", "preset=lm-ci", timeout=600))
     assert f"{paths.lm_cell_record(RUN, cell)}: " in out.stderr and ".corrupt" in out.stderr
     assert Path(f"{damaged}.corrupt").is_file()
     assert json.loads(damaged.read_text())["status"] == "ok"

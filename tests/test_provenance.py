@@ -221,6 +221,7 @@ def _aggregate(run_dir: Path, out: Path, cells: list[str]) -> None:
             ops=[],
             device=[str(run_dir / "device.json")],
             claims=str(REPO / "config" / "claims.yaml"),
+            tasks=[],
         ),
         output=_Named(**{n.replace(".", "_"): str(out / n) for n in paths.TABLES}),
         params=_Named(planned=[], planned_paired=[], stopped="", size={}, device="cpu"),

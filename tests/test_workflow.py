@@ -121,9 +121,9 @@ def test_artifact_evaluation_without_torch(ci_run, tmp_path):
     runs = sbconfig.precollected_runs(wf / "results" / "precollected")
     assert "ci-copy" in runs
     assert "lm-cpu" in runs  # a whole-model run draws too, from its lm tables
+    assert "tasks-cpu" in runs  # and a run with tasks, its task figures
     for run in runs:
-        kind = sbconfig.shipped_kind(wf / "results" / "precollected" / run)
-        figures = CI.figures if kind == "blocks" else sbconfig.lm_figures()
+        figures = sbconfig.shipped_figures(wf / "results" / "precollected" / run, CI.figures)
         for figure in figures:
             for ext in ("pdf", "png", "ipynb"):
                 path = wf / "figures" / "precollected" / run / f"{figure}.{ext}"

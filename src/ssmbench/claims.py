@@ -291,6 +291,11 @@ def _measured_elsewhere(claim: dict, cells: pd.DataFrame) -> str:
     return f"measured on {claim['hardware']}; this run's device is {names}"
 
 
+def is_task_claim(claim: dict) -> bool:
+    """A claim of the quality axis, judged on a run's tasks table."""
+    return claim["metric"]["name"] == "task_accuracy"
+
+
 def reference(claim: dict) -> float | None:
     """The published number a ratio is taken against: the upper bound, else the lower."""
     low, high = claim["published"]
@@ -342,7 +347,8 @@ def evaluate(
 ) -> pd.DataFrame:
     """One row per claim for one run's cells (see the module docstring).  Task claims
     (metric ``task_accuracy``) read the run's ``tasks`` table: ours is the mean over seeds
-    and ``ours_lo`` / ``ours_hi`` the seeds' range.  With the run's
+    and ``ours_lo`` / ``ours_hi`` the seeds' range; a run without a tasks table has no
+    rows for them.  With the run's
     ``samples`` table, a latency-ratio claim's ``ours`` and ``ratio`` (ours / published)
     carry their 95% interval (``ours_lo``, ``ours_hi``, ``ratio_lo``, ``ratio_hi``: an
     unpaired bootstrap over the two cells' samples); the other metrics have none."""
@@ -351,6 +357,8 @@ def evaluate(
     by_cell = samples_by_cell(samples)
     rows = []
     for claim in claims if claims is not None else load():
+        if is_task_claim(claim) and tasks is None:
+            continue  # a run that trains nothing is not judged on the quality axis
         low, high = claim["published"]
         why, elsewhere = _unmet(claim, cells)
         ours, used, (ours_lo, ours_hi) = None, "", (math.nan, math.nan)

@@ -733,6 +733,21 @@ def precollected_runs(directory: str | os.PathLike) -> list[str]:
     return sorted(p.name for p in root.iterdir() if shipped_kind(p))
 
 
+def shipped_figures(
+    run_dir: str | os.PathLike, blocks: dict[str, FigureSpec]
+) -> dict[str, FigureSpec]:
+    """The figures a shipped run draws, by the tables it has: a run with tasks its
+    TASK_FIGURES, a whole-model run lm_figures (op_breakdown where it has profiles), a
+    block run ``blocks`` (the config's figures)."""
+    tables = Path(run_dir) / "tables"
+    if (tables / "tasks.csv").is_file():
+        return {name: FigureSpec(name) for name in TASK_FIGURES}
+    if shipped_kind(run_dir) == "lm":
+        ops = tables / "lm_ops.csv"
+        return lm_figures(profiled=ops.is_file() and len(ops.read_text().splitlines()) > 1)
+    return blocks
+
+
 def shipped_kind(run_dir: str | os.PathLike) -> str | None:
     """``"blocks"`` or ``"lm"``: which table a shipped run has; None when neither."""
     tables = Path(run_dir) / "tables"

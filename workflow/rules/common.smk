@@ -12,14 +12,11 @@ from ssmbench import heal, outcome, paths  # noqa: E402
 from ssmbench.config import (  # noqa: E402
     Cell,
     RUN_TABLES,
-    TASK_FIGURES,
     ConfigError,
-    FigureSpec,
     LMCell,
-    lm_figures,
     plan,
     precollected_runs,
-    shipped_kind,
+    shipped_figures,
     verified_backend,
     visible_gpus,
 )
@@ -303,19 +300,11 @@ def shipped_files(wildcards):
 
 def run_figures(run):
     """The figures of ``run``: the live run's (PLAN.figures), an imported run's (the
-    config's, of the cells table), or a shipped run's by the tables it has: tasks
-    (TASK_FIGURES), cells (the config's figures) or lm (ssmbench.config.lm_figures)."""
+    config's, of the cells table), or a shipped run's by the tables it has
+    (ssmbench.config.shipped_figures)."""
     if (LIVE and run == RUN) or run in IMPORTED_RUNS:
         return PLAN.figures
-    run_dir = Path(PLAN.precollected_dir, run)
-    if (run_dir / "tables" / paths.TASKS_TABLE).is_file():  # a run with tasks
-        return {name: FigureSpec(name) for name in TASK_FIGURES}
-    if shipped_kind(run_dir) == "lm":
-        ops = run_dir / "tables" / "lm_ops.csv"
-        return lm_figures(
-            profiled=ops.is_file() and len(ops.read_text().splitlines()) > 1
-        )
-    return PLAN.figures
+    return shipped_figures(Path(PLAN.precollected_dir, run), PLAN.figures)
 
 
 def figure_spec(wildcards):
