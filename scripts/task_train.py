@@ -8,7 +8,7 @@ from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
 from ssmbench.tasks.matrix import TaskCell
 from ssmbench.tasks.record import write_task_record
-from ssmbench.tasks.run import run_task
+from ssmbench.tasks.run import headline, run_task
 
 with logged(snakemake):
     started = now()
@@ -29,10 +29,7 @@ with logged(snakemake):
         device=job["device"],
         cut=job["cut"],
     )
-    headline = {
-        name: (record["final"].get(name) or {}).get(record["metric"]) for name in record["evals"]
-    }
-    print(f"{out}: {record['status']} {record['reason']} {record['metric']} {headline}")
+    print(f"{out}: {record['status']} {record['reason']} {record['metric']} {headline(record)}")
     with saving(p.run, out):
         write_task_record(out, record)
         from_snakemake(snakemake, seed=cell.seed, started=started)

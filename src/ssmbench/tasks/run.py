@@ -13,7 +13,7 @@ import platform
 import time
 import traceback
 
-from ssmbench.tasks.base import METRICS, DataUnavailable, TaskData
+from ssmbench.tasks.base import DataUnavailable, TaskData
 from ssmbench.tasks.matrix import TaskCell
 
 BACKEND = "torch"  # every family's vectorised PyTorch (ssmbench.models), trainable
@@ -189,7 +189,3 @@ def headline(record: dict) -> dict[str, float | None]:
     return {
         name: (record["final"].get(name) or {}).get(record["metric"]) for name in record["evals"]
     }
-
-
-def metrics_of(kind: str) -> tuple[str, ...]:
-    return METRICS[kind]
