@@ -5,7 +5,6 @@ Every record read must match its sidecar first (ssmbench.provenance.check_all). 
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
-from ssmbench.config import load, plan
 from ssmbench.provenance import check_all, from_snakemake, now
 from ssmbench.scripting import logged
 from ssmbench.tasks.matrix import TaskCell
@@ -18,11 +17,10 @@ with logged(snakemake):
     check_all(list(snakemake.input.records))  # or ProvenanceError
     records = [read_task_record(path) for path in snakemake.input.records]
     if p.planned:
-        matrix = plan(load(overrides=dict(snakemake.config))).tasks
         done = {(r["task"], r["family"], r["seed"]) for r in records}
         why = f"the run stopped ({p.stopped}) before this job finished"
         planned = [TaskCell(**c) for c in p.planned]
-        records += not_run_records(planned, done, run, matrix.specs, why)
+        records += not_run_records(planned, done, run, p.specs, why)
     table = tasks_table(records)
     table.to_csv(snakemake.output.table, index=False)
     print(table[table.headline].groupby(["task", "family", "status"]).size().to_string())

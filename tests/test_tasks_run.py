@@ -78,3 +78,15 @@ def test_the_tasks_table_has_a_row_per_split_metric_and_seed():
     assert table.value.notna().all()
     with pytest.raises(ValueError, match="two task records for exact_copy/attention/s0"):
         tasks_table(records + records[:1])
+
+
+def test_a_stopped_run_s_unfinished_jobs_are_not_run_rows():
+    from ssmbench.tasks.table import not_run_records
+
+    finished = job("parity")
+    planned = [TaskCell("parity", "attention", 0), TaskCell("parity", "attention", 1)]
+    why = "the run stopped (budget) before this job finished"
+    extra = not_run_records(planned, {("parity", "attention", 0)}, "r", PLAN.tasks.specs, why)
+    rows = tasks_table([finished, *extra]).query("headline")
+    assert list(rows.status) == ["ok", "not_run"] and list(rows.seed) == [0, 1]
+    assert rows.value.isna().tolist() == [False, True] and rows.reason.iloc[1] == why

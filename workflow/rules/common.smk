@@ -564,6 +564,11 @@ def planned_task_cells(wildcards):
     return [vars(c) for c in PLAN.tasks.cells] if PLAN.partial and PLAN.tasks else []
 
 
+def planned_task_specs(wildcards):
+    """Each task's settings, for the not_run rows of ``partial=True``."""
+    return dict(PLAN.tasks.specs) if PLAN.partial and PLAN.tasks else {}
+
+
 def run_tasks_table(wildcards):
     """The run's tasks.csv, which its claims read; none for a run without tasks."""
     return (

@@ -49,6 +49,7 @@ rule task_table:
     params:
         # partial=True: the planned jobs that left no finished record become not_run rows
         planned=planned_task_cells,
+        specs=planned_task_specs,
         stopped=PLAN.partial,
     script:
         "../../scripts/task_table.py"
