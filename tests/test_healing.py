@@ -332,7 +332,7 @@ def damaged_run(ci_run, tmp_path_factory):
     # the tables, not the figures: healing is decided as the Snakefile is read, whatever
     # the targets, and 13 figures redrawn would add half a minute to the suite
     tables = [paths.table("ci", name) for name in paths.TABLES]
-    out = snakemake(wf, *tables, "--config", "preset=ci")
+    out = snakemake(wf, *tables, *map(paths.prov, tables), "--config", "preset=ci")
     return SimpleNamespace(
         wf=wf,
         out=out,
