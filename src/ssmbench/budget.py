@@ -199,8 +199,9 @@ def lm_jobs(plan: Plan, costs: Costs) -> list[Job]:
 
 # A training step (forward, backward, AdamW) of each family at the case study's parity
 # size (batch 64, L = 128, d_model 64, 2 layers), one thread on the 2-core VM (median of
-# 15 steps, 2026-12-01, tasks/train.py); a job's steps scale with batch x L x d_model x
-# layers.  Mamba-1's vectorised scan is the slow one.  On a GPU every family is far faster
+# 15 steps, 2026-12-01, tasks/train.py, at a load average of 1.4-1.8 from other runs, so
+# the SSM families' spread was wide: Mamba-2 250-325 ms); a job's steps scale with
+# batch x L x d_model x layers.  Mamba-1's vectorised scan is the slow one.  On a GPU every family is far faster
 # and launch-bound at these sizes: a rough 20 ms a step until a lease measures it.
 TASK_STEP_S = {
     "attention": 0.069,
