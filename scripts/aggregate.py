@@ -24,7 +24,7 @@ with logged(snakemake):
     check_all([*i.cells, *i.paired, *i.verify, *i.ops, *i.device, *i.tasks])  # or ProvenanceError
     planned = [Cell(**c) for c in p.planned]
     extra = unfinished_records(run, planned, snakemake.input.cells, p.size, p.device, p.stopped)
-    planned_paired = [Cell(**c) for c in p.planned_paired]
+    planned_paired = [(Cell(**c["cell"]), c["replicate"]) for c in p.planned_paired]
     paired_extra = unfinished_paired(
         run, planned_paired, snakemake.input.paired, p.size, p.device, p.stopped
     )

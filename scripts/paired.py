@@ -22,11 +22,18 @@ with logged(snakemake):
         verify[record["model"]] = record
     if p.cpu_mem_limit_gb and p.device == "cpu":
         cap_address_space(p.cpu_mem_limit_gb)  # over it, the pair is oom
-    record = run_paired(spec, verify=verify, threads=snakemake.threads)
+    record = run_paired(
+        spec,
+        verify=verify,
+        threads=snakemake.threads,
+        replicate=p.replicate,
+        replicates=p.replicates,
+    )
     print(
-        f"{snakemake.output.record}: {record.status} {record.reason} rounds={record.n_rounds} "
+        f"{snakemake.output.record}: {record.status} {record.reason} "
+        f"replicate {record.replicate + 1} of {record.replicates} rounds={record.n_rounds} "
         f"attention={record.attention_ms} ms {record.model}={record.ssm_ms} ms "
-        f"ratio={record.latency_ratio}"
+        f"ratio={record.latency_ratio}" + (f" LOADED: {record.loaded}" if record.loaded else "")
     )
     with saving(p.run, snakemake.output.record):
         write_paired(snakemake.output.record, record)

@@ -1,5 +1,5 @@
 """A run's records -> its tables: the one module that joins the cells, samples, paired,
-verify, ops and claims tables (``ssmbench.tables`` builds each, ``ssmbench.claims`` checks
+pairs, verify, ops and claims tables (``ssmbench.tables`` builds each, ``ssmbench.claims`` checks
 the published claims against the cells), so that neither imports the other."""
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ from collections.abc import Iterable
 from ssmbench import claims
 from ssmbench.paired import read_paired
 from ssmbench.records import read_record, read_verify
-from ssmbench.tables import cells_table, ops_table, paired_table, samples_table, verify_table
+from ssmbench.tables import (
+    cells_table,
+    ops_table,
+    paired_table,
+    pairs_table,
+    samples_table,
+    verify_table,
+)
 
 
 def read_tasks(path):
@@ -44,6 +51,7 @@ def aggregate(
         "cells": cells,
         "samples": samples,
         "paired": paired_table(paired),
+        "pairs": pairs_table(paired),
         "verify": verify_table(run, verify_records),
         "ops": ops_table(ops_paths),
         # config/claims.yaml against this run, ratios with their intervals

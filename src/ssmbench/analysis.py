@@ -25,12 +25,18 @@ import pandas as pd
 # reached, so a naive loop is never set against a fused kernel.
 from ssmbench.registry import BACKEND_TIERS, PHASES, SSM_FAMILIES, STATUSES
 from ssmbench.select import cells_of, lines, smallest_batch
-from ssmbench.stats import decide, ratio_interval
+from ssmbench.stats import HIERARCHICAL, WITHIN_PROCESS, decide, ratio_interval, widen
 from ssmbench.tables import KEYS, family_of, with_columns
 
 # the answer of a go/no-go row: which side of 1 the latency ratio's interval lies on
 ANSWERS = {"above": "ssm faster", "below": "attention faster", "inconclusive": "inconclusive"}
-INTERVAL_SOURCES = ("paired", "separate cells")
+# the kinds of a go/no-go row's interval: a paired cell's over its replicate processes
+# (hierarchical) or over one process's rounds (within-process); two separate cells'
+# samples, widened by the run's between-process spread where it has replicates to
+# measure it (separate cells, widened), else not (separate cells)
+SEPARATE, WIDENED = "separate cells", "separate cells, widened"
+INTERVAL_SOURCES = (HIERARCHICAL, WITHIN_PROCESS, WIDENED, SEPARATE)
+PAIRED_SOURCES = (HIERARCHICAL, WITHIN_PROCESS)
 # the cells-table columns the ratios read (absent ones read as empty)
 _NUMERIC = ("time_ms_median", "flop", "energy_j")
 _TEXT = ("run", "device", "device_name", "reason", "compute_dtype")
@@ -52,6 +58,12 @@ GO_NO_GO_COLUMNS = [
     "latency_hi",
     "interval",
     "answer",
+    "replicates",
+    "between_maxmin",
+    "between_cv",
+    "process_ratios",
+    "outliers",
+    "loaded",
     "energy_ratio",
     "device_name",
 ]
@@ -106,12 +118,18 @@ def go_no_go_table(
     (``compute_dtype`` of the cells, where the table has it): a bf16 kernel against an
     operator that widens to fp32 reads as such.  Where the run has an ok paired cell at
     the point (``paired``: the paired table), the latency ratio is the pair's and its
-    interval is paired (``interval`` = "paired"); otherwise the ratio is of the two
-    separate cells' medians, its interval unpaired from ``samples`` (the samples table;
-    "separate cells"), NaN without them.  ``answer`` is ``ssm faster`` when the interval
-    lies above 1, ``attention faster`` below, ``inconclusive`` when it holds 1, and empty
-    without an interval.  The energy ratio is of the separate cells' energies (one
-    reading per cell, so no interval).  ``batch`` keeps one batch; None keeps all.
+    interval is the pair's: over its replicate processes (``interval`` "hierarchical",
+    with ``replicates``, their spread, the per-process ratios and the replicates named as
+    outliers or loaded) or over one process's rounds ("within-process").  Otherwise the
+    ratio is of the two separate cells' medians, its interval unpaired from ``samples``
+    (the samples table), NaN without them, and widened by the between-process sd of a
+    cell's median that the run's replicated pairs measured in that phase
+    (:func:`process_sd_by_phase`, ``ssmbench.stats.widen``: "separate cells, widened"),
+    or left as it is where the run has no replicates ("separate cells").  ``answer`` is
+    ``ssm faster`` when the interval lies above 1, ``attention faster`` below,
+    ``inconclusive`` when it holds 1, and empty without an interval.  The energy ratio
+    is of the separate cells' energies (one reading per cell, so no interval).
+    ``batch`` keeps one batch; None keeps all.
     """
     data = with_columns(cells, _NUMERIC, _TEXT)
     data = data[(data.status == "ok") & data.backend.isin(list(BACKEND_TIERS))]
@@ -119,6 +137,7 @@ def go_no_go_table(
     data = data.assign(tier=data.backend.map(BACKEND_TIERS), family=family_of(data))
     by_cell = samples_by_cell(samples)
     pairs = _ok_pairs(paired, batch)
+    process_sd = process_sd_by_phase(paired)
     rows = []
     points = data.groupby(["phase", "batch", "dtype", "seq_len"], sort=True)
     for (phase, b, dtype, seq_len), point in points:
@@ -156,7 +175,18 @@ def go_no_go_table(
                     latency_ratio=pair.latency_ratio,
                     latency_lo=pair.latency_lo,
                     latency_hi=pair.latency_hi,
-                    interval="paired",
+                    interval=pair.get("interval", "") or WITHIN_PROCESS,
+                    replicates=int(pair.get("replicates_ok", 1) or 1),
+                    **{
+                        c: pair.get(c, np.nan if c.startswith("between") else "")
+                        for c in (
+                            "between_maxmin",
+                            "between_cv",
+                            "process_ratios",
+                            "outliers",
+                            "loaded",
+                        )
+                    },  # fmt: skip
                 )
                 a, s = (
                     _cell(point, "attention", pair.backend, a),
@@ -169,15 +199,38 @@ def go_no_go_table(
                 )
             else:
                 low, high = _unpaired(a, s, by_cell)
-                row.update(latency_lo=low, latency_hi=high)
+                sd = process_sd.get(phase, process_sd.get("*", np.nan))
                 if not np.isnan(low):
-                    row["interval"] = "separate cells"
+                    row["interval"] = SEPARATE
+                    if np.isfinite(sd):
+                        low, high = widen(row["latency_ratio"], low, high, sd)
+                        row["interval"] = WIDENED
+                row.update(latency_lo=low, latency_hi=high, replicates=1)
             row["answer"] = ANSWERS.get(decide(row["latency_lo"], row["latency_hi"]), "")
             row["device_name"] = a.device_name or a.device
             energy_ok = s.energy_j and not pd.isna(s.energy_j) and not pd.isna(a.energy_j)
             row["energy_ratio"] = a.energy_j / s.energy_j if energy_ok else np.nan
             rows.append(row)
     return pd.DataFrame(rows, columns=GO_NO_GO_COLUMNS)
+
+
+def process_sd_by_phase(pairs: pd.DataFrame | None) -> dict[str, float]:
+    """The between-process sd of one cell's median (log scale) per phase, pooled over both
+    sides of the run's replicated pairs in that phase (``ssmbench.stats.process_sd``'s
+    pooling, each side's sd weighted by its replicates less one), and under ``"*"`` the
+    largest of the phases', for a phase no pair measured.  Empty without replicates."""
+    if pairs is None or pairs.empty or "attention_process_sd" not in pairs:
+        return {}
+    ok = pairs[(pairs.status == "ok") & (pairs.replicates_ok >= 2)]
+    out = {}
+    for phase, rows in ok.groupby("phase"):
+        dof = (rows.replicates_ok - 1).astype(float)
+        ss = ((rows.attention_process_sd**2 + rows.ssm_process_sd**2) * dof).sum()
+        if dof.sum() > 0 and np.isfinite(ss):
+            out[phase] = float(np.sqrt(ss / (2 * dof.sum())))
+    if out:
+        out["*"] = max(out.values())
+    return out
 
 
 def _ok_pairs(paired: pd.DataFrame | None, batch) -> pd.DataFrame:
@@ -438,12 +491,72 @@ def _span(values: pd.Series, fmt: str = "{:.2f}") -> str:
 
 
 def _interval(row) -> str:
-    """ "2.73x (95% CI 2.61-2.85, paired)", or the point alone without an interval."""
+    """ "2.73x (95% CI 2.61-2.85, paired, 5 processes)", or the point alone without an
+    interval; a within-process interval says that it holds one process's rounds only."""
     text = f"{row.latency_ratio:.2f}x"
     if pd.notna(row.latency_lo) and pd.notna(row.latency_hi):
-        source = "paired" if row.interval == "paired" else "separate cells"
+        kind = getattr(row, "interval", "")
+        n = (
+            int(getattr(row, "replicates", 1) or 1)
+            if pd.notna(getattr(row, "replicates", 1))
+            else 1
+        )
+        source = {
+            HIERARCHICAL: f"paired, {n} processes",
+            WITHIN_PROCESS: "paired, within one process only",
+            "paired": "paired, within one process only",  # tables from before replicates
+            WIDENED: "separate cells, widened by the between-process spread",
+        }.get(kind, "separate cells, within-process only")
         text += f" (95% CI {row.latency_lo:.2f}-{row.latency_hi:.2f}, {source})"
     return text
+
+
+def replicate_sentences(table: pd.DataFrame) -> list[str]:
+    """What the replicates say: how many processes measured each pair and how far they
+    disagreed; the replicates named as outliers (beyond their siblings' spread) and those
+    measured on a loaded machine, each kept in its pair's median and named here; or, when
+    every paired interval is within one process, that they hold no process-to-process
+    noise."""
+    if "interval" not in table:
+        return []
+    paired = table[table.interval.isin([*PAIRED_SOURCES, "paired"])]
+    if paired.empty:
+        return []
+    sentences = []
+    replicated = paired[paired.interval == HIERARCHICAL]
+    if replicated.empty:
+        sentences.append(
+            "Every paired interval is within one process (replicates: 1): it holds that "
+            "process's rounds, not what a rerun in a fresh process meets."
+        )
+    else:
+        maxmin = pd.to_numeric(replicated.between_maxmin, errors="coerce")
+        worst = replicated.loc[maxmin.idxmax()] if maxmin.notna().any() else None
+        text = (
+            f"Paired ratios come from {_span(replicated.replicates, '{:.0f}')} processes each "
+            f"(hierarchical bootstrap over processes, then rounds); the processes of a pair "
+            f"disagree by a factor of {_span(maxmin, '{:.2f}')} (max/min)"
+        )
+        if worst is not None:
+            text += f", most at {worst.ssm} {worst.phase} T = {int(worst.seq_len)}"
+        sentences.append(text + ".")
+        for column, what in (("outliers", "Outlier replicates"), ("loaded", "Loaded replicates")):
+            if column not in replicated:
+                continue
+            named = replicated[replicated[column].fillna("").astype(str) != ""]
+            if not named.empty:
+                listed = "; ".join(
+                    f"{r.ssm} {r.phase} T = {int(r.seq_len)}: {getattr(r, column)}"
+                    for r in named.itertuples()
+                )
+                sentences.append(f"{what} (kept in the pair's median, named here): {listed}.")
+    separate = table[table.interval.isin([SEPARATE, WIDENED])]
+    if not separate.empty and (separate.interval == SEPARATE).any():
+        sentences.append(
+            "Ratios of separate cells carry their cells' within-process intervals only "
+            "(no replicated pair measured the between-process spread in their phase)."
+        )
+    return sentences
 
 
 def _precision(rows: pd.DataFrame) -> str:
@@ -529,5 +642,10 @@ def claims_sentence(claims: pd.DataFrame) -> str:
 def verdict_rst(cells: pd.DataFrame, claims: pd.DataFrame, go_no_go: pd.DataFrame) -> str:
     """The verdict as reStructuredText: the status sentence, then a bullet per finding;
     ``go_no_go`` is the go/no-go table (ssmbench.analysis.go_no_go_table)."""
-    points = [*go_no_go_sentences(go_no_go), *fastest_sentences(cells), claims_sentence(claims)]
+    points = [
+        *go_no_go_sentences(go_no_go),
+        *replicate_sentences(go_no_go),
+        *fastest_sentences(cells),
+        claims_sentence(claims),
+    ]
     return status_sentence(cells) + "\n\n" + "".join(f"- {p}\n" for p in points)

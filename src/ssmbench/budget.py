@@ -201,8 +201,9 @@ def lm_jobs(plan: Plan, costs: Costs) -> list[Job]:
 # size (batch 64, L = 128, d_model 64, 2 layers), one thread on the 2-core VM (median of
 # 15 steps, 2026-12-01, tasks/train.py, at a load average of 1.4-1.8 from other runs, so
 # the SSM families' spread was wide: Mamba-2 250-325 ms); a job's steps scale with
-# batch x L x d_model x layers.  Mamba-1's vectorised scan is the slow one.  On a GPU every family is far faster
-# and launch-bound at these sizes: a rough 20 ms a step until a lease measures it.
+# batch x L x d_model x layers.  Mamba-1's vectorised scan is the slow one.  On a GPU
+# every family is far faster and launch-bound at these sizes: a rough 20 ms a step until
+# a lease measures it.
 TASK_STEP_S = {
     "attention": 0.069,
     "s4d": 0.074,
@@ -293,9 +294,9 @@ def jobs(plan: Plan) -> list[Job]:
     for c in sorted(plan.cells, key=lambda c: (c not in plan.headline, c)):
         name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
         out.append(Job("bench", name, cell_seconds(plan, c, costs)))
-    for c in plan.paired:
+    for c, r in plan.paired_jobs:
         name = f"{c.model}~attention/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
-        out.append(Job("paired", name, paired_seconds(plan, costs)))
+        out.append(Job("paired", f"{name}-r{r}", paired_seconds(plan, costs)))
     for c in sorted(plan.profiled):
         name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
         seconds = boot + costs.build_s + costs.profile_s

@@ -289,6 +289,13 @@ class Work:
         self.graph_pool_bytes = graph_pool_bytes
 
 
+def load_into(record, load) -> None:
+    """Copy a :class:`ssmbench.measure.load.LoadReading` into a cell or paired record."""
+    record.other_cpu_cores, record.steal_share = load.other_cpu_cores, load.steal_share
+    record.probe_before_ms, record.probe_after_ms = load.probe_before_ms, load.probe_after_ms
+    record.loaded = load.loaded
+
+
 def kv_cache_kind(c: Cell) -> str:
     """How a decode cell's attention layers keep their KV cache ("" where the cell has no
     attention layer or does not decode): "in-place" (preallocated, one token written per
@@ -613,12 +620,14 @@ def _measure_into(
         min_window_s,
         window_reason,
     )
+    from ssmbench.measure.load import LoadWatch
     from ssmbench.measure.memory import measure_peak, tensor_bytes
     from ssmbench.measure.timing import measure
 
     record.host_allocator = set_host_allocator(spec.timing.host_allocator)
     record.threads = _set_threads(threads)
     record.load_avg_1m = os.getloadavg()[0]  # another busy process skews CPU timings
+    watch = LoadWatch().start()
     record.device_name = device_name(spec.device)
     model, x = _model_and_input(spec)
 
@@ -648,6 +657,7 @@ def _measure_into(
     clocks_before = clocks.get("before") or {"sm_clock_mhz": None, "temperature_c": None}
     clocks_after = gpu_clocks() if cuda else None
     record.measure_s = time.perf_counter() - start
+    load_into(record, watch.stop())
     record.samples_ms = result.samples_ms
     record.warmup = result.warmup + (1 if c.phase == "prefill" else 0)
     record.n_samples = len(result.samples_ms)

@@ -289,6 +289,9 @@ class Plan:
     # timed against attention at the same axes, in one job, under `paired_timing`
     paired: tuple[Cell, ...] = field(default=())
     paired_timing: Timing | None = None
+    # how many separate processes (jobs) measure each paired cell (preset key
+    # `paired.replicates`, a paired sweep's `replicates`); absent: 1
+    paired_replicates: dict[Cell, int] = field(default_factory=dict)
     # whole language models (preset key `lm`, ssmbench.lm.matrix)
     lm: LMMatrix = field(default=LMMatrix())
     # the quality axis (preset key `tasks`, ssmbench.tasks.matrix): None without tasks
@@ -344,6 +347,38 @@ class Plan:
     def headline_pairs(self) -> frozenset[tuple[str, str]]:
         """The (model, backend) pairs whose verification the headline cells wait for."""
         return frozenset((c.model, verified_backend(c.backend)) for c in self.headline)
+
+    def replicates(self, cell: Cell) -> int:
+        """How many processes measure the paired cell ``cell`` (its SSM side)."""
+        return self.paired_replicates.get(cell, 1)
+
+    @cached_property
+    def paired_jobs(self) -> tuple[tuple[Cell, int], ...]:
+        """Every paired job: (SSM side, replicate index 0..k-1)."""
+        return tuple((c, r) for c in self.paired for r in range(self.replicates(c)))
+
+    @cached_property
+    def paired_job_set(self) -> frozenset[tuple[Cell, int]]:
+        return frozenset(self.paired_jobs)
+
+    @cached_property
+    def measure_rounds(self) -> int:
+        """The rounds a run's measuring jobs are spread over: the most replicates of any
+        paired cell (1 without replicates)."""
+        return max((self.replicates(c) for c in self.paired), default=1)
+
+    @cached_property
+    def bench_round(self) -> dict[Cell, int]:
+        """The round (0..measure_rounds-1) each cell that is not a headline cell is
+        measured in, drawn with the plan's seed: replicate r of every paired cell runs in
+        round r, and a share of the other cells between them, so the replicates of one
+        pair are minutes apart and a slow drift of the machine falls on all pairs alike
+        (``workflow/rules/common.smk``'s priorities)."""
+        import random
+
+        rest = [c for c in self.cells if c not in self.headline]
+        random.Random(self.seed).shuffle(rest)
+        return {c: i % self.measure_rounds for i, c in enumerate(rest)}
 
     def figure_cells(self, figure: str) -> list[Cell]:
         """The cells a figure draws: for a figure of the ops table, the profiled ones."""
@@ -493,7 +528,13 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     headline = frozenset(
         c for c in cells if any(_selects(s, c) for s in preset.get("headline", ()))
     )
-    paired, paired_timing = _paired(name, preset)
+    for i, sweep in enumerate(sweeps):
+        if "replicates" in sweep:
+            raise ConfigError(
+                f"config key presets.{name}.sweeps[{i}].replicates: only a paired sweep "
+                f"(presets.{name}.paired.sweeps) measures its cells in replicate processes"
+            )
+    paired, paired_timing, paired_replicates = _paired(name, preset)
     random_cache |= frozenset(
         side
         for sweep in preset.get("paired", {}).get("sweeps", ())
@@ -554,6 +595,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         partial=_stop_reason(config.get("partial", False)),
         paired=paired,
         paired_timing=paired_timing,
+        paired_replicates=paired_replicates,
         lm=lm,
         tasks=tasks,
     )
@@ -590,13 +632,19 @@ def _check_kind(name: str, preset: dict) -> None:
             raise ConfigError(f"{where}.{key}: is for block cells; a preset of lm has none")
 
 
-def _paired(name: str, preset: dict) -> tuple[tuple[Cell, ...], Timing | None]:
-    """The SSM sides of preset ``name``'s paired cells and their timing (the preset's,
-    with the overrides of ``paired.timing``)."""
+def _paired(name: str, preset: dict) -> tuple[tuple[Cell, ...], Timing | None, dict]:
+    """The SSM sides of preset ``name``'s paired cells, their timing (the preset's, with
+    the overrides of ``paired.timing``) and their replicates (a sweep's ``replicates``,
+    else ``paired.replicates``; a cell in several sweeps takes the most)."""
     spec = preset.get("paired")
     if not spec:
-        return (), None
+        return (), None, {}
     cells = sorted({c for sweep in spec["sweeps"] for c in expand_sweep(sweep)})
+    replicates: dict[Cell, int] = {}
+    for sweep in spec["sweeps"]:
+        k = sweep.get("replicates", spec.get("replicates", 1))
+        for c in expand_sweep(sweep):
+            replicates[c] = max(replicates.get(c, 1), k)
     for i, sweep in enumerate(spec["sweeps"]):
         where = f"config key presets.{name}.paired.sweeps[{i}]"
         if "attention" in sweep["models"]:
@@ -613,7 +661,7 @@ def _paired(name: str, preset: dict) -> tuple[tuple[Cell, ...], Timing | None]:
         timing,
         lambda key: f"presets.{name}.{'paired.' if key in overrides else ''}timing.{key}",
     )
-    return tuple(cells), Timing(**timing)
+    return tuple(cells), Timing(**timing), {c: k for c, k in replicates.items() if k > 1}
 
 
 def _check_timing(timing: dict, key) -> None:

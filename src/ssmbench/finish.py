@@ -61,32 +61,40 @@ def unfinished_paired(
     device: str,
     stopped: str = "budget",
 ):
-    """A paired record (``ssmbench.paired``) for each planned paired cell (its SSM side)
-    whose record path is not among ``finished``, as :func:`unfinished_records`."""
+    """A paired record (``ssmbench.paired``) for each planned paired job whose record path
+    is not among ``finished``, as :func:`unfinished_records`.  ``planned`` holds (SSM
+    side, replicate) pairs, or bare cells (replicate 0)."""
     from ssmbench.paired import PairedRecord
 
+    jobs = [job if isinstance(job, tuple) and len(job) == 2 else (job, 0) for job in planned]
     return _unfinished(
-        PairedRecord,
+        lambda replicate, **kw: PairedRecord(**kw, replicate=replicate),
         paths.paired_record,
         paths.paired_log,
         run,
-        planned,
+        [c for c, _ in jobs],
         finished,
         size,
         device,
         stopped,
+        replicates=[r for _, r in jobs],
     )
 
 
-def _unfinished(make, record_path, log_path, run, planned, finished, size, device, stopped):
+def _unfinished(
+    make, record_path, log_path, run, planned, finished, size, device, stopped, replicates=None
+):
     """``make(...)`` for each planned cell without a finished record: not_run, or failed
-    when its job started (its log, ``log_path(run, cell)``, exists)."""
+    when its job started (its log, ``log_path(run, cell)``, exists).  ``replicates``
+    (paired jobs) gives each cell's replicate index, passed to the paths and ``make``."""
     done = {os.path.normpath(p) for p in finished}
     records = []
-    for c in planned:
-        if os.path.normpath(record_path(run, c)) in done:
+    planned = list(planned)
+    extra = [{} for _ in planned] if replicates is None else [{"replicate": r} for r in replicates]
+    for c, more in zip(planned, extra, strict=True):
+        if os.path.normpath(record_path(run, c, **more)) in done:
             continue
-        log = log_path(run, c)
+        log = log_path(run, c, **more)
         if os.path.exists(log):
             status = "failed"
             reason = (
@@ -95,6 +103,14 @@ def _unfinished(make, record_path, log_path, run, planned, finished, size, devic
         else:
             status, reason = "not_run", NOT_REACHED[stopped]
         records.append(
-            make(run=run, **vars(c), device=device, size=dict(size), status=status, reason=reason)
+            make(
+                run=run,
+                **vars(c),
+                **more,
+                device=device,
+                size=dict(size),
+                status=status,
+                reason=reason,
+            )
         )
     return records

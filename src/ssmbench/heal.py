@@ -158,7 +158,9 @@ def planned_outputs(plan) -> list[tuple[str, Check]]:
     if plan.device == "cuda":
         outputs += [(paths.prewarm(run, *key), _prewarm) for key in prewarm_groups(plan.cells)]
     outputs += [(paths.cell_record(run, c), _cell) for c in plan.cells]
-    outputs += [(paths.paired_record(run, c), _paired) for c in plan.paired]
+    outputs += [
+        (paths.paired_record(run, c, r), _paired) for c, r in getattr(plan, "paired_jobs", ())
+    ]
     for c in sorted(plan.profiled):
         outputs += [(paths.ops(run, c), _ops), (paths.trace(run, c), _bytes_only)]
     lm = plan.lm  # whole models (ssmbench.lm)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from ssmbench.config import Cell, compute_dtype, paired_attention
 from ssmbench.records import STATUSES, read_json, write_json_atomic
 
-PAIRED_SCHEMA_VERSION = 1
+PAIRED_SCHEMA_VERSION = 2  # 2: replicate, replicates and the load witnesses
 
 
 @dataclass
@@ -47,6 +47,16 @@ class PairedRecord:
     threads: int | None = None
     host_allocator: str = ""
     load_avg_1m: float | None = None
+    # replicate r of the pair's k processes (preset key paired.replicates)
+    replicate: int = 0
+    replicates: int = 1
+    # was the machine ours (ssmbench.measure.load): other processes' cores, steal, a probe
+    # before and after; `loaded` says why not, "" when it was
+    other_cpu_cores: float | None = None
+    steal_share: float | None = None
+    probe_before_ms: float | None = None
+    probe_after_ms: float | None = None
+    loaded: str = ""
     seed: int = 0
     cache_source: str = ""  # decode: "prefill" or "random", for both sides
     kv_cache: str = ""  # attention decode: "in-place" or "concatenated"
@@ -127,10 +137,17 @@ def read_paired(path: str | os.PathLike) -> PairedRecord:
     return PairedRecord(**data)
 
 
-def run_paired(spec, verify: dict[str, dict] | None = None, threads: int | None = None):
+def run_paired(
+    spec,
+    verify: dict[str, dict] | None = None,
+    threads: int | None = None,
+    replicate: int = 0,
+    replicates: int = 1,
+):
     """Measure the paired cell whose SSM side is ``spec.cell`` (a
     :class:`ssmbench.cell.CellSpec` whose timing is the pair's) and return its
-    :class:`PairedRecord`.  ``verify`` maps each side's model to its verify record.
+    :class:`PairedRecord`, replicate ``replicate`` of ``replicates`` processes.
+    ``verify`` maps each side's model to its verify record.
     Whatever happens the result is a record: unavailable, oom, timeout and failed are
     statuses with a reason naming the side, as in :func:`ssmbench.cell.run_cell`."""
     from ssmbench.cell import error_status, identity, verify_summary
@@ -141,6 +158,8 @@ def run_paired(spec, verify: dict[str, dict] | None = None, threads: int | None 
     record = PairedRecord(
         **identity(spec),
         timing=asdict(spec.timing),
+        replicate=replicate,
+        replicates=replicates,
         cache_source=spec.cache_source if c.phase == "decode" else "",
         attention_compute_dtype=compute_dtype("attention", c.backend, c.phase, c.dtype),
         ssm_compute_dtype=compute_dtype(c.model, c.backend, c.phase, c.dtype),
@@ -182,6 +201,7 @@ def _measure_into(record: PairedRecord, spec, verify, threads, deadline) -> None
         device_unavailable,
         graph_unavailable,
         kv_cache_kind,
+        load_into,
         phase_work,
     )
 
@@ -205,11 +225,13 @@ def _measure_into(record: PairedRecord, spec, verify, threads, deadline) -> None
     import torch
 
     from ssmbench.measure.allocator import set_host_allocator
+    from ssmbench.measure.load import LoadWatch
     from ssmbench.measure.timing import measure_pair
 
     record.host_allocator = set_host_allocator(spec.timing.host_allocator)
     record.threads = _set_threads(threads)
     record.load_avg_1m = os.getloadavg()[0]
+    watch = LoadWatch().start()
     record.device_name = device_name(spec.device)
     record.kv_cache = kv_cache_kind(sides[0])
     start = time.perf_counter()
@@ -224,6 +246,7 @@ def _measure_into(record: PairedRecord, spec, verify, threads, deadline) -> None
             (works[0].fn, works[1].fn), spec.timing, spec.device, deadline=deadline
         )
     record.measure_s = time.perf_counter() - start
+    load_into(record, watch.stop())
     record.warmup = attention.warmup
     record.n_rounds = len(attention.samples_ms)
     record.attention_samples_ms = attention.samples_ms

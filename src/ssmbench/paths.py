@@ -17,10 +17,11 @@ PROFILE = "results/{run}/profile/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n
 OPS = PROFILE + ".ops.csv"
 TRACE = PROFILE + ".trace.json.gz"
 BENCH_LOG = "logs/{run}/bench/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log"
-# a paired cell (ssmbench.paired): its SSM side's axes; attention is the other side
+# a paired cell (ssmbench.paired): its SSM side's axes; attention is the other side; one
+# record per replicate process r = 0..k-1 (preset key paired.replicates)
 _AXES = "{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}"
-PAIRED = "results/{run}/paired/" + _AXES + ".json"
-PAIRED_LOG = "logs/{run}/paired/" + _AXES + ".log"
+PAIRED = "results/{run}/paired/" + _AXES + "-r{replicate}.json"
+PAIRED_LOG = "logs/{run}/paired/" + _AXES + "-r{replicate}.log"
 DEVICE = "results/{run}/device.json"
 PREWARM = "results/{run}/prewarm/{model}/{backend}-{dtype}.json"
 # the mark of a run stopped because an output could not be saved (ssmbench.outcome)
@@ -53,6 +54,7 @@ TABLES = (
     "cells.parquet",
     "samples.parquet",
     "paired.csv",
+    "pairs.csv",
     "verify.csv",
     "ops.csv",
     "claims.csv",
@@ -82,19 +84,20 @@ def _axes(pattern: str) -> tuple[str, ...]:
     return tuple(f for _, f, _, _ in string.Formatter().parse(pattern) if f and f != "run")
 
 
-def _cell_path(pattern: str, run: str, cell) -> str:
-    """``pattern`` filled in with ``run`` and the axes it names, read off ``cell`` (a block
-    cell's d_state, a whole-model cell's new_tokens)."""
-    return pattern.format(run=run, **{axis: getattr(cell, axis) for axis in _axes(pattern)})
+def _cell_path(pattern: str, run: str, cell, **given) -> str:
+    """``pattern`` filled in with ``run``, the ``given`` wildcards and the other axes it
+    names, read off ``cell`` (a block cell's d_state, a whole-model cell's new_tokens)."""
+    axes = {axis: getattr(cell, axis) for axis in _axes(pattern) if axis not in given}
+    return pattern.format(run=run, **axes, **given)
 
 
-def paired_record(run: str, cell) -> str:
-    """The record of the paired cell whose SSM side is ``cell``."""
-    return _cell_path(PAIRED, run, cell)
+def paired_record(run: str, cell, replicate: int = 0) -> str:
+    """The record of replicate ``replicate`` of the paired cell whose SSM side is ``cell``."""
+    return _cell_path(PAIRED, run, cell, replicate=replicate)
 
 
-def paired_log(run: str, cell) -> str:
-    return _cell_path(PAIRED_LOG, run, cell)
+def paired_log(run: str, cell, replicate: int = 0) -> str:
+    return _cell_path(PAIRED_LOG, run, cell, replicate=replicate)
 
 
 def bench_log(run: str, cell) -> str:

@@ -43,6 +43,14 @@ class CellRecord:
     threads: int | None = None
     host_allocator: str = ""  # the process's malloc policy (ssmbench.measure.allocator)
     load_avg_1m: float | None = None  # the host's 1-minute load average before measuring
+    # was the machine ours while the cell was measured (ssmbench.measure.load): other
+    # processes' cores, the hypervisor's steal, a probe before and after; `loaded` says
+    # why not ("" when it was)
+    other_cpu_cores: float | None = None
+    steal_share: float | None = None
+    probe_before_ms: float | None = None
+    probe_after_ms: float | None = None
+    loaded: str = ""
     seed: int = 0
     # timing: every sample kept, in milliseconds
     samples_ms: list[float] = field(default_factory=list)

@@ -16,6 +16,16 @@ for medians of few distinct values).
   processes; each side is resampled on its own.  The interval then holds each cell's
   noise, not the drift of the machine between the two cells, which a rerun shows.
 
+Replicates (:func:`replicated_ratio`): a paired cell measured in k separate processes
+(``replicates: k``).  One process samples one landing of its memory and threads, which
+moves a 1 ms step by up to 30%, so rounds inside it cannot hold what a rerun meets; k
+processes can.  The estimate is the median over processes of each process's ratio of
+medians; its interval is a two-stage (hierarchical) bootstrap (Davison & Hinkley,
+*Bootstrap Methods and their Application*, 1997, section 3.8): resample the processes
+with replacement, then the rounds of each drawn process as pairs (scipy's paired
+percentile bootstrap, as above), and take the percentiles of the resampled medians.
+With k = 1 it is the process's own paired interval, kind ``within-process``.
+
 Fixed seed: the same samples give the same interval.  Imports numpy and scipy, never torch.
 """
 
@@ -29,6 +39,12 @@ CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 SEED = 0
 METHODS = ("paired", "unpaired")
+# the kind of a replicated ratio's interval (:func:`replicated_ratio`)
+HIERARCHICAL, WITHIN_PROCESS = "hierarchical", "within-process"
+# a replicate whose ratio lies further than this many MADs (scaled to a normal's sd) from
+# its siblings' median, on the log scale, is an outlier (:func:`outliers`)
+OUTLIER_MADS = 3.5
+MAD_SCALE = 1.4826
 
 
 def ratio_of_medians(a, b, axis: int = -1):
@@ -77,14 +93,151 @@ def ratio_interval(
     return ratio, float(low), float(high)
 
 
-def _seed(seed: int) -> dict:
-    """scipy's seed keyword: ``rng`` from scipy 1.15 on, ``random_state`` before it."""
+def paired_distribution(
+    a: Sequence[float], b: Sequence[float], n_resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``n_resamples`` ratios of medians of one process's rounds resampled as pairs
+    (``scipy.stats.bootstrap``'s distribution); a single round, or rounds without spread,
+    give their ratio ``n_resamples`` times."""
+    from scipy import stats
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ratio = float(ratio_of_medians(a, b))
+    if a.size < 2 or (np.ptp(a) == 0 and np.ptp(b) == 0):
+        return np.full(n_resamples, ratio)
+    result = stats.bootstrap(
+        (a, b),
+        ratio_of_medians,
+        n_resamples=n_resamples,
+        vectorized=True,
+        paired=True,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        **_seed_of(rng),
+    )
+    return np.asarray(result.bootstrap_distribution, dtype=float)
+
+
+def replicated_ratio(
+    replicates: Sequence[tuple[Sequence[float], Sequence[float]]],
+    confidence: float = CONFIDENCE,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float, float, str]:
+    """(ratio, lo, hi, kind) of a paired cell measured in several processes.
+
+    ``replicates`` holds each process's rounds ``(a_samples, b_samples)``.  The ratio is
+    the median over processes of ``median(a) / median(b)``.  The interval (module
+    docstring) is the two-stage bootstrap, kind ``hierarchical``: each of ``n_resamples``
+    draws picks k processes with replacement and, for each, one ratio from that process's
+    own paired bootstrap distribution (its rounds resampled), and keeps the median of the
+    k; lo and hi are the draws' percentiles.  One process gives its paired interval, kind
+    ``within-process``.  Processes without samples on a side, or with a zero median, are
+    left out; none left gives NaN and kind ``""``."""
+    usable = [
+        (np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+        for a, b in replicates
+        if len(a) and len(b) and np.median(b) != 0
+    ]
+    for a, b in usable:
+        if a.shape != b.shape:
+            raise ValueError(
+                f"a paired interval needs as many samples on each side, got {a.size} and {b.size}"
+            )
+    if not usable:
+        return float("nan"), float("nan"), float("nan"), ""
+    if len(usable) == 1:
+        return (
+            *ratio_interval(
+                *usable[0], paired=True, confidence=confidence, n_resamples=n_resamples, seed=seed
+            ),
+            WITHIN_PROCESS,
+        )
+    ratios = np.array([ratio_of_medians(a, b) for a, b in usable])
+    rng = np.random.default_rng(seed)
+    within = np.stack([paired_distribution(a, b, n_resamples, rng) for a, b in usable])
+    k = len(usable)
+    process = rng.integers(k, size=(n_resamples, k))  # stage 1: the processes
+    draw = rng.integers(n_resamples, size=(n_resamples, k))  # stage 2: a resample of each
+    medians = np.median(within[process, draw], axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(np.median(ratios)), float(low), float(high), HIERARCHICAL
+
+
+def between_spread(estimates: Sequence[float]) -> tuple[float, float]:
+    """(max/min, coefficient of variation) of per-process estimates: how far processes
+    disagree.  NaN for fewer than two, or a non-positive estimate."""
+    x = np.asarray([e for e in estimates if e is not None and np.isfinite(e)], dtype=float)
+    if x.size < 2 or (x <= 0).any():
+        return float("nan"), float("nan")
+    return float(x.max() / x.min()), float(x.std(ddof=1) / x.mean())
+
+
+def outliers(estimates: Sequence[float], mads: float = OUTLIER_MADS) -> list[int]:
+    """The indices of the estimates that disagree with their siblings beyond their
+    spread: on the log scale, further from the others' median than ``mads`` times the
+    others' median absolute deviation (scaled to a normal's sd), and more than 5% off it
+    (so processes that agree to a few tenths of a percent name no outlier).  Needs at
+    least four estimates (three siblings for the spread)."""
+    x = np.log(np.asarray(estimates, dtype=float))
+    if x.size < 4 or not np.isfinite(x).all():
+        return []
+    found = []
+    for i in range(x.size):
+        others = np.delete(x, i)
+        centre = np.median(others)
+        mad = MAD_SCALE * np.median(np.abs(others - centre))
+        off = abs(x[i] - centre)
+        if off > np.log(1.05) and off > mads * mad:
+            found.append(i)
+    return found
+
+
+def _seed_of(rng: np.random.Generator) -> dict:
+    """scipy's seed keyword for a generator (:func:`_seed`)."""
     import inspect
 
     from scipy import stats
 
     name = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
-    return {name: np.random.default_rng(seed)}
+    return {name: rng}
+
+
+def _seed(seed: int) -> dict:
+    """scipy's seed keyword: ``rng`` from scipy 1.15 on, ``random_state`` before it."""
+    return _seed_of(np.random.default_rng(seed))
+
+
+def process_sd(medians_by_cell: Sequence[Sequence[float]]) -> float:
+    """The between-process standard deviation of one cell's median on the log scale,
+    pooled over cells each measured in several processes (``medians_by_cell``: each
+    cell's per-process medians): the root of the mean of the cells' sample variances of
+    log median, weighted by their degrees of freedom.  NaN with no cell of two or more."""
+    ss = dof = 0.0
+    for medians in medians_by_cell:
+        x = np.log(np.asarray([m for m in medians if m and m > 0], dtype=float))
+        if x.size >= 2:
+            ss += float(((x - x.mean()) ** 2).sum())
+            dof += x.size - 1
+    return float(np.sqrt(ss / dof)) if dof else float("nan")
+
+
+def widen(
+    ratio: float, low: float, high: float, sd: float, confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """A separate cells' interval with the process-to-process noise added: each side of
+    the ratio is one process, so on the log scale the ratio gains a variance of ``2 sd**2``
+    (:func:`process_sd`), added in quadrature to each half of the within-process interval
+    ``(low, high)``.  NaN in, NaN out."""
+    from scipy.stats import norm
+
+    if not all(np.isfinite(v) and v > 0 for v in (ratio, low, high)) or not np.isfinite(sd):
+        return float("nan"), float("nan")
+    extra = norm.ppf(0.5 + confidence / 2) * sd * np.sqrt(2)
+    down = np.hypot(np.log(ratio) - np.log(low), extra)
+    up = np.hypot(np.log(high) - np.log(ratio), extra)
+    return float(ratio * np.exp(-down)), float(ratio * np.exp(up))
 
 
 def decide(low: float, high: float, line: float = 1.0) -> str:

@@ -133,9 +133,11 @@ SAMPLES_SCHEMA = pa.DataFrameSchema(
     strict=True,
 )
 
-# One row per paired cell (ssmbench.paired), keyed by its SSM side: both medians, their
-# ratio and its paired bootstrap interval (ssmbench.stats).
-_PAIRED_KINDS = {  # column -> kind, in the table's order after KEYS
+# One row per paired record (ssmbench.paired): a replicate process of a paired cell, keyed
+# by its SSM side and the replicate: both medians, their ratio and its paired bootstrap
+# interval over that process's rounds (ssmbench.stats), and what the load witnesses saw.
+_PAIRED_KINDS = {  # column -> kind, in the table's order after PAIRED_KEYS
+    "replicates": "count",
     "device": "text",
     "device_name": "text",
     "status": "text",
@@ -154,9 +156,15 @@ _PAIRED_KINDS = {  # column -> kind, in the table's order after KEYS
     "ssm_spread": "float",
     "flop_ratio": "float",
     "load_avg_1m": "float",
+    "other_cpu_cores": "float",
+    "steal_share": "float",
+    "probe_before_ms": "float",
+    "probe_after_ms": "float",
+    "loaded": "text",
     "git_commit": "text",
 }
-PAIRED_COLUMNS = KEYS + list(_PAIRED_KINDS)
+PAIRED_KEYS = KEYS + ["replicate"]
+PAIRED_COLUMNS = PAIRED_KEYS + list(_PAIRED_KINDS)
 _PAIRED_TEXT = tuple(
     c
     for c in PAIRED_COLUMNS
@@ -170,18 +178,20 @@ _PAIRED_COLUMN = {
 PAIRED_SCHEMA = pa.DataFrameSchema(
     {
         **{k: CELLS_SCHEMA.columns[k] for k in KEYS},
+        "replicate": pa.Column(int, pa.Check.ge(0), coerce=True),
         **{c: _PAIRED_COLUMN[kind]() for c, kind in _PAIRED_KINDS.items()},
         "status": pa.Column(str, pa.Check.isin(STATUSES)),
     },
-    unique=KEYS,
+    unique=PAIRED_KEYS,
     strict=True,
 )
 
 
 def paired_table(records) -> pd.DataFrame:
-    """One row per paired record: attention's and the SSM's medians, attention over the
-    SSM, and the 95% interval of that ratio from a bootstrap over rounds (paired:
-    ``ssmbench.stats.ratio_interval``); NaN where the pair did not run."""
+    """One row per paired record (one replicate process): attention's and the SSM's
+    medians, attention over the SSM, and the 95% interval of that ratio from a bootstrap
+    over the process's rounds (paired: ``ssmbench.stats.ratio_interval``); NaN where the
+    pair did not run."""
     from ssmbench.measure.timing import relative_spread
     from ssmbench.stats import ratio_interval
 
@@ -200,25 +210,181 @@ def paired_table(records) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=PAIRED_COLUMNS)
     for col in _PAIRED_TEXT:
         df[col] = df[col].fillna("").astype(str)
-    for col in ("batch", "seq_len", "d_state", "n_rounds"):
+    for col in ("batch", "seq_len", "d_state", "n_rounds", "replicate"):
         df[col] = df[col].fillna(0).astype(int)
-    return PAIRED_SCHEMA.validate(df.sort_values(KEYS, ignore_index=True))
+    df["replicates"] = df["replicates"].fillna(1).astype(int)
+    return PAIRED_SCHEMA.validate(df.sort_values(PAIRED_KEYS, ignore_index=True))
 
 
 def read_paired_table(path: str | os.PathLike) -> pd.DataFrame:
     """Read a paired table and check it, naming the file on failure; a run that has
-    none (older runs) reads as an empty table."""
+    none (older runs) reads as an empty table, and one from before replicates as
+    replicate 0 of 1."""
     path = Path(path)
     if not path.is_file():
         return PAIRED_SCHEMA.validate(pd.DataFrame(columns=PAIRED_COLUMNS))
     df = pd.read_csv(path, dtype={c: object for c in _PAIRED_TEXT})
+    for col, kind in _PAIRED_KINDS.items():
+        if col not in df:  # a column added later
+            df[col] = {"text": "", "count": 1, "float": float("nan")}[kind]
+    if "replicate" not in df:
+        df.insert(len(KEYS), "replicate", 0)
+    df = df[[c for c in PAIRED_COLUMNS]]
     for col in _PAIRED_TEXT:
-        if col in df:
-            df[col] = df[col].fillna("").astype(str)
+        df[col] = df[col].fillna("").astype(str)
     try:
         return PAIRED_SCHEMA.validate(df, lazy=True)
     except (pa.errors.SchemaErrors, pa.errors.SchemaError) as e:
         raise ValueError(f"{path}: not a valid paired table:\n{e}") from None
+
+
+# One row per paired cell, its replicates taken together (ssmbench.stats.replicated_ratio):
+# the median over processes of each one's ratio, the hierarchical interval (kind
+# "hierarchical"; "within-process" with one process), how far the processes disagree
+# (max/min and the coefficient of variation of their ratios; each side's log-scale sd of
+# its per-process medians), the per-process ratios (";"-joined, replicate order), and the
+# replicates named as outliers or measured on a loaded machine.
+PAIRS_COLUMNS = KEYS + [
+    "device",
+    "device_name",
+    "status",
+    "reason",
+    "cache_source",
+    "kv_cache",
+    "attention_compute_dtype",
+    "ssm_compute_dtype",
+    "replicates",
+    "replicates_ok",
+    "n_rounds",
+    "attention_ms",
+    "ssm_ms",
+    "latency_ratio",
+    "latency_lo",
+    "latency_hi",
+    "interval",
+    "between_maxmin",
+    "between_cv",
+    "attention_process_sd",
+    "ssm_process_sd",
+    "process_ratios",
+    "outliers",
+    "loaded",
+    "flop_ratio",
+    "git_commit",
+]
+_PAIRS_TEXT = (
+    "run", "model", "backend", "phase", "dtype", "device", "device_name", "status", "reason",
+    "cache_source", "kv_cache", "attention_compute_dtype", "ssm_compute_dtype", "interval",
+    "process_ratios", "outliers", "loaded", "git_commit",
+)  # fmt: skip
+_PAIRS_COUNTS = ("replicates", "replicates_ok", "n_rounds")
+PAIRS_SCHEMA = pa.DataFrameSchema(
+    {
+        **{k: CELLS_SCHEMA.columns[k] for k in KEYS},
+        **{
+            c: (
+                pa.Column(str)
+                if c in _PAIRS_TEXT
+                else pa.Column(int, pa.Check.ge(0), coerce=True)
+                if c in _PAIRS_COUNTS
+                else pa.Column(float, nullable=True, coerce=True)
+            )
+            for c in PAIRS_COLUMNS
+            if c not in KEYS
+        },
+        "status": pa.Column(str, pa.Check.isin(STATUSES)),
+        "interval": pa.Column(str, pa.Check.isin(["", "hierarchical", "within-process"])),
+    },
+    unique=KEYS,
+    strict=True,
+)
+
+
+def pairs_table(records) -> pd.DataFrame:
+    """One row per paired cell from its replicate records (:data:`PAIRS_COLUMNS`): ok
+    when at least one replicate is ok, its numbers from the ok ones; ``reason`` names the
+    replicates that are not ok.  An outlier (``ssmbench.stats.outliers``) or a loaded
+    replicate stays in the estimate, a median, which one process cannot move far, and
+    is named (``outliers``, ``loaded``), never dropped in silence."""
+    import numpy as np
+
+    from ssmbench import stats
+
+    groups: dict[tuple, list] = {}
+    for r in records:
+        groups.setdefault(tuple(getattr(r, k) for k in KEYS), []).append(r)
+    rows = []
+    for key, group in sorted(groups.items()):
+        group = sorted(group, key=lambda r: getattr(r, "replicate", 0))
+        ok = [r for r in group if r.status == "ok" and r.attention_samples_ms]
+        first = ok[0] if ok else group[0]
+        row = {c: getattr(first, c, None) for c in PAIRS_COLUMNS}
+        row.update(zip(KEYS, key, strict=True))
+        row["replicates"] = max(getattr(r, "replicates", 1) for r in group)
+        row["replicates_ok"] = len(ok)
+        others = [r for r in group if r not in ok]
+        row["reason"] = "; ".join(
+            f"r{getattr(r, 'replicate', 0)} {r.status}: {(r.reason or '').partition(chr(10))[0]}"
+            for r in others
+        )
+        row["loaded"] = "; ".join(
+            f"r{getattr(r, 'replicate', 0)}: {r.loaded}" for r in group if getattr(r, "loaded", "")
+        )
+        if ok:
+            sides = [(r.attention_samples_ms, r.ssm_samples_ms) for r in ok]
+            ratio, lo, hi, kind = stats.replicated_ratio(sides)
+            per_process = [float(np.median(a) / np.median(b)) for a, b in sides]
+            maxmin, cv = stats.between_spread(per_process)
+            attention = [float(np.median(a)) for a, _ in sides]
+            ssm = [float(np.median(b)) for _, b in sides]
+            row.update(
+                status="ok",
+                n_rounds=int(sum(r.n_rounds for r in ok)),
+                attention_ms=float(np.median(attention)),
+                ssm_ms=float(np.median(ssm)),
+                latency_ratio=ratio,
+                latency_lo=lo,
+                latency_hi=hi,
+                interval=kind,
+                between_maxmin=maxmin,
+                between_cv=cv,
+                attention_process_sd=stats.process_sd([attention]),
+                ssm_process_sd=stats.process_sd([ssm]),
+                process_ratios=";".join(f"{x:.6g}" for x in per_process),
+                outliers="; ".join(
+                    f"r{ok[i].replicate} ({per_process[i]:.3g} against a median of {ratio:.3g})"
+                    for i in stats.outliers(per_process)
+                ),
+            )
+            if first.attention_flop and first.ssm_flop:
+                row["flop_ratio"] = first.attention_flop / first.ssm_flop
+        else:
+            row.update(status=first.status, reason=row["reason"] or first.reason, interval="")
+            row.update({c: None for c in ("attention_ms", "ssm_ms", "latency_ratio")})
+            row["n_rounds"] = 0
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=PAIRS_COLUMNS)
+    for col in _PAIRS_TEXT:
+        df[col] = df[col].fillna("").astype(str)
+    for col in ("batch", "seq_len", "d_state", *_PAIRS_COUNTS):
+        df[col] = df[col].fillna(0).astype(int)
+    return PAIRS_SCHEMA.validate(df.sort_values(KEYS, ignore_index=True))
+
+
+def read_pairs_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a pairs table and check it, naming the file on failure; a run without one
+    (older runs, runs without paired cells) reads as an empty table."""
+    path = Path(path)
+    if not path.is_file():
+        return PAIRS_SCHEMA.validate(pd.DataFrame(columns=PAIRS_COLUMNS))
+    df = pd.read_csv(path, dtype={c: object for c in _PAIRS_TEXT})
+    for col in _PAIRS_TEXT:
+        if col in df:
+            df[col] = df[col].fillna("").astype(str)
+    try:
+        return PAIRS_SCHEMA.validate(df, lazy=True)
+    except (pa.errors.SchemaErrors, pa.errors.SchemaError) as e:
+        raise ValueError(f"{path}: not a valid pairs table:\n{e}") from None
 
 
 # One row per (profiled cell, bucket) with status ok; a cell that could not be profiled has

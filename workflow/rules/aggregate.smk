@@ -23,6 +23,7 @@ rule aggregate:
         cells_parquet=paths.table("{run}", "cells.parquet"),
         samples_parquet=paths.table("{run}", "samples.parquet"),
         paired_csv=paths.table("{run}", "paired.csv"),
+        pairs_csv=paths.table("{run}", "pairs.csv"),
         verify_csv=paths.table("{run}", "verify.csv"),
         ops_csv=paths.table("{run}", "ops.csv"),
         claims_csv=report(
@@ -51,7 +52,7 @@ rule verdict:
     input:
         cells=paths.table("{run}", "cells.csv"),
         samples=paths.table("{run}", "samples.parquet"),
-        paired=paths.table("{run}", "paired.csv"),
+        pairs=paths.table("{run}", "pairs.csv"),
         claims=paths.table("{run}", "claims.csv"),
     output:
         rst=paths.table("{run}", "verdict.rst"),

@@ -87,7 +87,7 @@ rule paired:
         prov=paths.prov(paths.PAIRED),
     log:
         paths.PAIRED_LOG,
-    priority: PRIORITY["paired"]
+    priority: paired_priority
     conda:
         "../../envs/bench.yaml"
     threads: BENCH_THREADS
@@ -100,6 +100,8 @@ rule paired:
         device=PLAN.device,
         size=SIZE,
         timing=lambda w: vars(PLAN.paired_timing),
+        replicate=lambda w: int(w.replicate),
+        replicates=lambda w: PLAN.replicates(paired_cell(w)),
         seed=PLAN.seed,
         cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
     script:

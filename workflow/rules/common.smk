@@ -81,7 +81,10 @@ PRIORITY = {
     "verify": (90, 50),  # (headline, other)
     "prewarm": (85, 45),
     "bench": (80, 10),
-    "paired": 75,  # the verdict's ratios: after the headline cells, before the rest
+    # the verdict's ratios: replicate 0 of every pair after the headline cells; with
+    # replicates, rounds r = 0..k-1 of (replicate r of every pair, then a seeded share of
+    # the other cells), so one pair's replicates are spread over the run (paired_priority)
+    "paired": 75,
     "profile": (0, 0),
 }
 
@@ -94,6 +97,7 @@ wildcard_constraints:
     batch=r"\d+",
     seq_len=r"\d+",
     d_state=r"\d+",
+    replicate=r"\d+",
     dtype=r"fp64|fp32|fp16|bf16",
     figure=r"[a-z_]+",
 
@@ -152,6 +156,12 @@ def paired_cell(wildcards):
     )
     if cell not in PLAN.paired_set:
         raise ValueError(f"{cell} is not a paired cell of preset {PLAN.preset!r}")
+    replicate = int(wildcards.replicate)
+    if (cell, replicate) not in PLAN.paired_job_set:
+        raise ValueError(
+            f"{cell} has {PLAN.replicates(cell)} replicates in preset {PLAN.preset!r}, "
+            f"not a replicate {replicate} (they count from 0)"
+        )
     return cell
 
 
@@ -228,8 +238,22 @@ def prewarm_priority(wildcards):
     return PRIORITY["prewarm"][0 if headline_pair(wildcards) else 1]
 
 
+# With replicates, the other cells and the later replicates share the priorities between
+# the first replicates (75) and the rest (10): round r's replicates, then its cells.
+ROUND_STEP = max(1, (PRIORITY["paired"] - PRIORITY["bench"][1]) // (2 * PLAN.measure_rounds))
+
+
 def bench_priority(wildcards):
-    return PRIORITY["bench"][0 if planned_cell(wildcards) in PLAN.headline else 1]
+    cell = planned_cell(wildcards)
+    if cell in PLAN.headline:
+        return PRIORITY["bench"][0]
+    if PLAN.measure_rounds == 1:
+        return PRIORITY["bench"][1]
+    return PRIORITY["paired"] - (2 * PLAN.bench_round[cell] + 1) * ROUND_STEP
+
+
+def paired_priority(wildcards):
+    return PRIORITY["paired"] - 2 * int(wildcards.replicate) * ROUND_STEP
 
 
 def run_dtypes(wildcards):
@@ -250,7 +274,7 @@ def run_cells(wildcards):
 
 def run_paired(wildcards):
     run = live_run(wildcards.run)
-    return finished([paths.paired_record(run, c) for c in PLAN.paired])
+    return finished([paths.paired_record(run, c, r) for c, r in PLAN.paired_jobs])
 
 
 def run_ops(wildcards):
@@ -288,8 +312,11 @@ def planned_cells(wildcards):
 
 
 def planned_paired(wildcards):
-    """Every paired cell of the plan (SSM sides), for ``partial=True``, as above."""
-    return [vars(c) for c in PLAN.paired] if PLAN.partial else []
+    """Every paired job of the plan (SSM side and replicate), for ``partial=True``, as
+    above."""
+    if not PLAN.partial:
+        return []
+    return [{"cell": vars(c), "replicate": r} for c, r in PLAN.paired_jobs]
 
 
 def shipped_files(wildcards):

@@ -26,7 +26,8 @@ def go_no_go(
 ) -> plt.Figure:
     """Attention over each SSM, against T, a panel per phase: the FLOP ratio (dashed) next
     to the realized latency ratio (solid, with its 95% interval as error bars: filled
-    markers where the interval is paired, open where it comes from separate cells) and,
+    markers where the interval is paired, open where it comes from separate cells; small
+    faint dots behind a paired point are its replicate processes' own ratios) and,
     where measured, the energy ratio (dotted), from the go/no-go table
     (:func:`ssmbench.analysis.go_no_go_table`).  Above 1, the SSM does less / is faster;
     a point whose interval holds 1 is inconclusive.  When the latency ratio tracks the
@@ -37,7 +38,7 @@ def go_no_go(
     strongest backend)."""
     name = "Go / no-go: attention over SSM, strongest backends"
     numeric = ("flop_ratio", "latency_ratio", "latency_lo", "latency_hi", "energy_ratio")
-    text = ("interval", "answer", "attention_compute_dtype", "ssm_compute_dtype")
+    text = ("interval", "answer", "attention_compute_dtype", "ssm_compute_dtype", "process_ratios")
     table = with_columns(table, numeric, text)
     if models:
         table = table[table.ssm.isin(as_list(models))]
@@ -54,8 +55,9 @@ def go_no_go(
             line = line.sort_values("seq_len")
             c = color(ssm)
             ax.plot(line.seq_len, line.latency_ratio, color=c, label=f"{ssm}: latency")
-            for source, marker_face in (("paired", c), ("separate cells", "white")):
-                part = line[line.interval == source]
+            _process_points(ax, line, c)
+            paired = line.interval.isin(PAIRED_KINDS)
+            for part, marker_face in ((line[paired], c), (line[~paired], "white")):
                 ax.plot(
                     part.seq_len,
                     part.latency_ratio,
@@ -77,6 +79,15 @@ def go_no_go(
             [],
             [],
             color="0.3",
+            marker=".",
+            linestyle="none",
+            alpha=0.45,
+            label="one replicate process's ratio",
+        ),  # fmt: skip
+        Line2D(
+            [],
+            [],
+            color="0.3",
             marker="o",
             markerfacecolor="white",
             label="latency ratio, separate cells (95% CI)",
@@ -88,6 +99,23 @@ def go_no_go(
     P.figure_legend(fig, styles)
     fig.tight_layout()
     return fig
+
+
+# go/no-go interval kinds that come from paired cells (ssmbench.analysis.PAIRED_SOURCES,
+# and "paired" in tables from before replicates)
+PAIRED_KINDS = ("hierarchical", "within-process", "paired")
+
+
+def _process_points(ax, line: pd.DataFrame, c) -> None:
+    """Each row's per-process ratios (``process_ratios``, ";"-joined) as faint dots at its
+    T, spread a little sideways so that equal ones stay visible."""
+    for seq_len, ratios in zip(line.seq_len, line.process_ratios, strict=True):
+        values = [float(v) for v in str(ratios).split(";") if v.strip()]
+        if len(values) < 2:
+            continue
+        offsets = np.linspace(-0.04, 0.04, len(values))
+        ax.plot(seq_len * np.exp(offsets), values, linestyle="none", marker=".", color=c,
+                alpha=0.45, markersize=4)  # fmt: skip
 
 
 def _precision_note(table: pd.DataFrame) -> str:

@@ -116,9 +116,12 @@ def _measure_cuda(fn: Callable[[], object]) -> dict:
 
 
 def _measure_cpu(fn: Callable[[], object]) -> dict:
-    from torch.profiler import ProfilerActivity, profile
+    # torch.autograd.profiler's profile, the one torch.profiler.profile wraps: the wrapper's
+    # prepare_trace asks hasattr(torch, "_inductor"), which imports Inductor and Dynamo
+    # (about 2 s per process on the 2-core VM, most of a decode cell's job)
+    from torch.autograd.profiler import profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with profile(use_cpu=True, use_kineto=True, profile_memory=True) as prof:
         out = fn()
     deltas = memory_deltas(prof)
     peak, end = peak_of_deltas(deltas)
@@ -134,7 +137,8 @@ def _measure_cpu(fn: Callable[[], object]) -> dict:
 def memory_deltas(prof) -> list[int]:
     """The signed sizes of the host ``[memory]`` events of a finished ``torch.profiler``
     run (``profile_memory=True``), in time order."""
-    results = getattr(prof.profiler, "kineto_results", None)
+    inner = getattr(prof, "profiler", None) or prof  # torch.profiler's, or autograd's own
+    results = getattr(inner, "kineto_results", None)
     if results is None:
         raise RuntimeError("this torch.profiler keeps no kineto results: cannot read memory")
     events = [
