@@ -1,24 +1,28 @@
-"""Do the verdict's ratios survive a rerun?  The paired measurement of the headline pairs,
-repeated in several processes one after another; prints how often each run's estimate
-falls inside the other runs' 95% intervals.
+"""Do the verdict's ratios survive a rerun?  Whole replicated measurements of the headline
+pairs, repeated; prints how often each run's estimate falls inside another run's 95%
+interval, with one process per run (the interval a single process gives) and with the
+run's k processes together (the hierarchical interval the workflow reports).
 
-    python scripts/bench_paired_rerun.py [--runs 5] [--preset cpu] [--models mamba2 ...]
-        [--points decode:4096 prefill:4096] [--threads 2]
+    python scripts/bench_paired_rerun.py [--runs 4] [--replicates 5] [--preset cpu]
+        [--models mamba2 deltanet hybrid] [--points decode:4096 decode:1024 ...]
+        [--threads 2] [--seed 0] [--out rerun.json]
 
-Each run is a fresh process (``--worker``) that measures every (SSM, phase, T) pair of
-the list as a paired cell of the preset (``ssmbench.paired.run_paired``: attention and
-the SSM in alternating rounds, the preset's ``paired`` timing) and prints one JSON line
-per pair: the ratio attention / SSM and its paired bootstrap interval (``ssmbench.stats``).
-Runs follow each other, so each owns the machine as a workflow job does, and minutes
-pass between them, as between a run and its rerun.
+A run is ``--replicates`` fresh processes (``--worker``), one after another; each measures
+every (SSM, phase, T) pair of the list once, in an order shuffled with the seed, as a
+paired cell of the preset (``ssmbench.paired.run_paired``: attention and the SSM in
+alternating rounds under the preset's ``paired`` timing) and prints one JSON line per
+pair with its rounds.  Runs follow each other, as a rerun follows a run.
 
-Coverage: for each pair, over all ordered couples of runs (i, j), i != j, the share in
-which run j's ratio lies inside run i's interval.  A 95% interval that held the whole
-uncertainty of a rerun would cover a rerun's estimate somewhat less than 95% of the time
-(both estimates are noisy: about 83% for two equally noisy estimates of one value); much
-less means that something which changes between processes (the drift of the machine,
-what a process's memory and threads landed on) is not in the interval.  Also prints the
-spread of the ratios across runs (max/min) beside the intervals' widths.
+Coverage, for each pair, over the ordered couples of runs (i, j), i != j:
+- **one process** (before replicates): every process q of run j against every process p
+  of run i: q's ratio inside p's paired interval over its own rounds;
+- **replicated** (the workflow's estimate): run j's median over its processes inside run
+  i's hierarchical interval (``ssmbench.stats.replicated_ratio``).
+Two estimates with equally noisy, honest intervals cover each other about 83% of the time;
+much less means the interval misses a source of variance that changes between processes.
+Also prints the between-process spread of each pair (max/min and CV of its processes'
+ratios, pooled over runs) beside both intervals' mean widths.  ``--out`` keeps every
+process's rounds as JSON.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -36,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from ssmbench.scripting import positive_int  # noqa: E402
 
 HEADLINE = ("mamba2", "deltanet", "hybrid")
-POINTS = ("decode:4096", "prefill:4096")
+POINTS = ("decode:4096", "decode:1024", "prefill:4096", "train:1024")
 
 
 def _point(text: str) -> tuple[str, int]:
@@ -47,69 +53,164 @@ def _point(text: str) -> tuple[str, int]:
 
 
 def worker(args) -> None:
-    """Measure every pair in this process; one JSON line each."""
+    """Measure every pair once in this process, in a seeded order; one JSON line each."""
     from ssmbench.cell import CellSpec
     from ssmbench.config import Cell, load, plan
     from ssmbench.paired import run_paired
     from ssmbench.registry import NO_STATE
-    from ssmbench.stats import ratio_interval
 
     p = plan(load(overrides={"preset": args.preset}))
     timing = p.paired_timing or p.timing
-    for model, (phase, seq_len) in itertools.product(args.models, args.points):
+    if args.warmup_s is not None:
+        from dataclasses import replace
+
+        timing = replace(timing, warmup_s=args.warmup_s)
+    pairs = list(itertools.product(args.models, args.points))
+    random.Random(args.seed).shuffle(pairs)
+    for model, (phase, seq_len) in pairs:
         d_state = 0 if model in NO_STATE else 16
         cell = Cell(model, "torch", phase, 1, seq_len, d_state, "fp32")
         cache = "random" if phase == "decode" and seq_len > 4096 else "prefill"
         spec = CellSpec("rerun", cell, p.device, p.size, timing, p.seed, cache_source=cache)
         r = run_paired(spec, threads=args.threads)
-        ratio, lo, hi = (float("nan"),) * 3
-        if r.status == "ok":
-            ratio, lo, hi = ratio_interval(r.attention_samples_ms, r.ssm_samples_ms, paired=True)
-        line = dict(model=model, phase=phase, seq_len=seq_len, status=r.status, ratio=ratio)
-        print(json.dumps({**line, "lo": lo, "hi": hi, "rounds": r.n_rounds}), flush=True)
+        line = dict(model=model, phase=phase, seq_len=seq_len, status=r.status)
+        line.update(attention=r.attention_samples_ms, ssm=r.ssm_samples_ms, loaded=r.loaded)
+        print(json.dumps(line), flush=True)
+
+
+def measure(args) -> list[dict]:
+    """Every run's processes, one after another: a list of rows (run, process, pair,
+    rounds)."""
+    rows = []
+    base = [sys.executable, __file__, "--worker", "--preset", args.preset]
+    base += ["--threads", str(args.threads), "--models", *args.models]
+    base += ["--points", *(f"{ph}:{t}" for ph, t in args.points)]
+    started = time.monotonic()
+    for run in range(args.runs):
+        for process in range(args.replicates):
+            seed = args.seed * 1_000_003 + run * 1000 + process
+            out = subprocess.run(
+                [*base, "--seed", str(seed)], capture_output=True, text=True, check=True
+            ).stdout
+            for line in out.splitlines():
+                rows.append({"run": run, "process": process, **json.loads(line)})
+            print(
+                f"run {run + 1}/{args.runs}, process {process + 1}/{args.replicates} done "
+                f"({time.monotonic() - started:.0f} s)",
+                flush=True,
+            )
+    return rows
+
+
+def coverage(rows: list[dict]) -> tuple[list[dict], dict]:
+    """Per pair and overall: coverage with one process and replicated, mean widths and
+    the between-process spread (module docstring)."""
+    from ssmbench.stats import between_spread, ratio_interval, replicated_ratio
+
+    by_pair: dict[tuple, dict[int, list[dict]]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            key = (r["model"], r["phase"], r["seq_len"])
+            by_pair.setdefault(key, {}).setdefault(r["run"], []).append(r)
+    table, totals = [], {"one": [0, 0], "replicated": [0, 0]}
+    for key, runs in sorted(by_pair.items()):
+        single = {  # run -> [(ratio, lo, hi)] per process
+            run: [ratio_interval(p["attention"], p["ssm"], paired=True) for p in procs]
+            for run, procs in runs.items()
+        }
+        whole = {
+            run: replicated_ratio([(p["attention"], p["ssm"]) for p in procs])
+            for run, procs in runs.items()
+        }
+        one = [
+            lo <= q[0] <= hi
+            for i, j in itertools.permutations(runs, 2)
+            for (_, lo, hi) in single[i]
+            for q in single[j]
+        ]
+        rep = [
+            whole[i][1] <= whole[j][0] <= whole[i][2] for i, j in itertools.permutations(runs, 2)
+        ]
+        ratios = [s[0] for procs in single.values() for s in procs]
+        within_run = [between_spread([s[0] for s in procs]) for procs in single.values()]
+        for name, hits in (("one", one), ("replicated", rep)):
+            totals[name][0] += sum(hits)
+            totals[name][1] += len(hits)
+        table.append(
+            dict(
+                model=key[0],
+                phase=key[1],
+                seq_len=key[2],
+                runs=len(runs),
+                processes=sum(len(p) for p in runs.values()),
+                ratio_min=min(ratios),
+                ratio_max=max(ratios),
+                maxmin_in_run=statistics.median(m for m, _ in within_run),
+                cv_in_run=statistics.median(c for _, c in within_run),
+                width_one=statistics.mean(
+                    hi - lo for procs in single.values() for _, lo, hi in procs
+                ),
+                width_replicated=statistics.mean(w[2] - w[1] for w in whole.values()),
+                coverage_one=sum(one) / len(one) if one else float("nan"),
+                coverage_replicated=sum(rep) / len(rep) if rep else float("nan"),
+                couples=len(rep),
+                run_estimates=[round(w[0], 4) for w in whole.values()],
+            )
+        )
+    return table, totals
+
+
+def report(table: list[dict], totals: dict, args) -> None:
+    print(
+        f"\n{args.runs} runs x {args.replicates} processes, preset {args.preset}; coverage over "
+        "ordered couples of runs (one process: every process of one run against every "
+        "process of another)"
+    )
+    print(
+        "pair                      ratios (min-max)  max/min  CV in run  width 1-proc  "
+        "width k-proc  cover 1-proc  cover k-proc"
+    )
+    for r in table:
+        print(
+            f"{r['model']:9s} {r['phase']:7s} T={r['seq_len']:<6d} "
+            f"{r['ratio_min']:7.3f}-{r['ratio_max']:<7.3f} {r['maxmin_in_run']:7.3f} "
+            f"{r['cv_in_run']:9.3f} {r['width_one']:13.3f} {r['width_replicated']:13.3f} "
+            f"{r['coverage_one']:12.0%} {r['coverage_replicated']:12.0%}"
+        )
+    for name, label in (("one", "one process"), ("replicated", f"{args.replicates} processes")):
+        hit, n = totals[name]
+        if n:
+            print(f"coverage, {label}: {hit / n:.0%} ({hit} of {n})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=positive_int, default=5)
+    parser.add_argument("--runs", type=positive_int, default=4)
+    parser.add_argument("--replicates", type=positive_int, default=5)
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--models", nargs="+", default=list(HEADLINE))
     parser.add_argument("--points", nargs="+", type=_point, default=[_point(p) for p in POINTS])
     parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="write every process's rounds here (JSON)")
+    parser.add_argument("--from", dest="source", type=Path, help="report on a saved --out")
+    parser.add_argument("--warmup-s", type=float, help="override the pair's warm-up seconds")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
-
-    command = [sys.executable, __file__, "--worker", "--preset", args.preset]
-    command += ["--threads", str(args.threads), "--models", *args.models]
-    command += ["--points", *(f"{ph}:{t}" for ph, t in args.points)]
-    results: dict[tuple, list[dict]] = {}
-    for run in range(args.runs):
-        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            r = json.loads(line)
-            results.setdefault((r["model"], r["phase"], r["seq_len"]), []).append(r)
-            print(
-                f"run {run}: {r['model']:9s} {r['phase']:7s} T={r['seq_len']:<6d} "
-                f"ratio={r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] rounds={r['rounds']}",
-                flush=True,
-            )
-    covered = total = 0
-    print("\npair                       ratios (min-max)   spread  mean CI width  coverage")
-    for (model, phase, seq_len), runs in results.items():
-        ok = [r for r in runs if r["status"] == "ok"]
-        hits = [a["lo"] <= b["ratio"] <= a["hi"] for a, b in itertools.permutations(ok, 2)]
-        covered, total = covered + sum(hits), total + len(hits)
-        ratios = [r["ratio"] for r in ok]
-        width = statistics.mean(r["hi"] - r["lo"] for r in ok) if ok else float("nan")
-        share = sum(hits) / len(hits) if hits else float("nan")
-        print(
-            f"{model:9s} {phase:7s} T={seq_len:<6d} {min(ratios):7.3f}-{max(ratios):<7.3f} "
-            f"{max(ratios) / min(ratios):7.3f} {width:14.3f} {share:9.0%}"
+    if args.source:
+        saved = json.loads(args.source.read_text())
+        rows = saved["rows"]
+        args.runs, args.replicates = saved["runs"], saved["replicates"]
+    else:
+        rows = measure(args)
+    if args.out:
+        args.out.write_text(
+            json.dumps({"runs": args.runs, "replicates": args.replicates, "rows": rows})
         )
-    print(f"\ncoverage={covered / total:.0%} ({covered} of {total} run pairs)" if total else "")
+    report(*coverage(rows), args)
 
 
 if __name__ == "__main__":

@@ -37,11 +37,11 @@ def rebuilt(tmp_path_factory) -> tuple[Path, dict, pd.DataFrame]:
         tables,
         {
             n: str(out / n)
-            for n in ("cells.csv", "paired.csv", "verify.csv", "ops.csv", "claims.csv")
+            for n in ("cells.csv", "paired.csv", "pairs.csv", "verify.csv", "ops.csv", "claims.csv")
         },
     )
     samples = tables["samples"]
-    go_no_go = go_no_go_table(tables["cells"], samples=samples, paired=tables["paired"])
+    go_no_go = go_no_go_table(tables["cells"], samples=samples, paired=tables["pairs"])
     go_no_go.to_csv(out / "go_no_go.csv", index=False, float_format="%.4g")
     speedups_table(tables["cells"], samples).to_csv(
         out / "speedups.csv", index=False, float_format="%.4g"
@@ -54,6 +54,7 @@ def rebuilt(tmp_path_factory) -> tuple[Path, dict, pd.DataFrame]:
     [
         "cells.csv",
         "paired.csv",
+        "pairs.csv",
         "verify.csv",
         "ops.csv",
         "claims.csv",

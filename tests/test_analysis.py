@@ -35,10 +35,12 @@ def go_no_go_cells(attention_ms=2.0):
 
 def test_go_no_go_reads_paired_cells_first_and_says_what_each_interval_supports():
     cells, samples = go_no_go_cells(attention_ms=1.05)
-    paired = tables.paired_table([paired_record("mamba2", 1.6)])
+    paired = tables.pairs_table([paired_record("mamba2", 1.6)])
     table = analysis.go_no_go_table(cells, samples=samples, paired=paired)
     m2 = table[table.ssm == "mamba2"].iloc[0]
-    assert m2.interval == "paired" and m2.answer == "ssm faster"
+    # one process: its rounds' interval, labelled as such
+    assert m2.interval == "within-process" and m2.answer == "ssm faster"
+    assert m2.replicates == 1
     assert m2.latency_ratio == pytest.approx(paired.latency_ratio.iloc[0])
     # mamba has no paired cell: the separate cells' ratio, its interval holding 1
     m1 = table[table.ssm == "mamba"].iloc[0]
@@ -47,6 +49,85 @@ def test_go_no_go_reads_paired_cells_first_and_says_what_each_interval_supports(
     # without samples a separate-cell ratio has no interval and no answer
     bare = analysis.go_no_go_table(cells)
     assert bare.interval.eq("").all() and bare.answer.eq("").all()
+
+
+def replicated(model, ratios, loaded=(), **kw):
+    """Replicate records of one pair, process r's true ratio ``ratios[r]``."""
+    return [
+        paired_record(
+            model,
+            ratio,
+            seed=r,
+            replicate=r,
+            replicates=len(ratios),
+            loaded="other processes used 1.00 cores on average" if r in loaded else "",
+            **kw,
+        )
+        for r, ratio in enumerate(ratios)
+    ]
+
+
+def test_replicated_pairs_give_a_hierarchical_interval_their_spread_and_named_outliers():
+    cells, samples = go_no_go_cells(attention_ms=1.05)
+    records = replicated("mamba2", [1.5, 1.6, 1.55, 1.65, 2.6], loaded=(2,))
+    pairs = tables.pairs_table(records)
+    row = pairs.iloc[0]
+    assert row.interval == "hierarchical" and row.replicates == row.replicates_ok == 5
+    per_process = [float(v) for v in row.process_ratios.split(";")]
+    assert row.latency_ratio == pytest.approx(np.median(per_process))
+    assert row.between_maxmin == pytest.approx(max(per_process) / min(per_process))
+    assert row.outliers.startswith("r4 (2.6")  # beyond its siblings' spread, named
+    assert row.loaded == "r2: other processes used 1.00 cores on average"
+    # the hierarchical interval holds the processes' disagreement: far wider than any
+    # one process's rounds, whose noise is 2%
+    one = tables.paired_table(records)
+    assert (row.latency_hi - row.latency_lo) > 3 * (one.latency_hi - one.latency_lo).max()
+    table = analysis.go_no_go_table(cells, samples=samples, paired=pairs)
+    m2 = table[table.ssm == "mamba2"].iloc[0]
+    assert m2.interval == "hierarchical" and m2.replicates == 5
+    assert m2.process_ratios == row.process_ratios
+    text = " ".join(analysis.go_no_go_sentences(table) + analysis.replicate_sentences(table))
+    assert "paired, 5 processes" in text
+    assert "Outlier replicates (kept in the pair's median, named here): mamba2 decode" in text
+    assert "Loaded replicates (kept in the pair's median, named here): mamba2 decode" in text
+
+
+def test_a_failed_replicate_is_named_and_the_others_still_answer():
+    records = replicated("mamba2", [1.5, 1.6, 1.55])
+    records[1].status, records[1].reason = "oom", "out of memory\ndetails"
+    records[1].attention_samples_ms = records[1].ssm_samples_ms = []
+    row = tables.pairs_table(records).iloc[0]
+    assert row.status == "ok" and row.replicates == 3 and row.replicates_ok == 2
+    assert row.reason == "r1 oom: out of memory"
+    none_ok = tables.pairs_table(
+        [paired_record("s4d", 1.0, status="not_run", reason="the run stopped")]
+    ).iloc[0]
+    assert none_ok.status == "not_run" and none_ok.interval == ""
+
+
+def test_separate_cells_are_widened_by_the_between_process_spread_the_pairs_measured():
+    cells, samples = go_no_go_cells(attention_ms=2.0)
+    alone = analysis.go_no_go_table(cells, samples=samples)
+    m1 = alone[alone.ssm == "mamba"].iloc[0]
+    assert m1.interval == "separate cells"
+    # mamba2's replicates disagree by about 20% from process to process on each side
+    rng = np.random.default_rng(5)
+    records = []
+    for r in range(5):
+        rec = paired_record("mamba2", 1.6, seed=r, replicate=r, replicates=5)
+        f_a, f_s = np.exp(0.2 * rng.standard_normal(2))
+        rec.attention_samples_ms = [x * f_a for x in rec.attention_samples_ms]
+        rec.ssm_samples_ms = [x * f_s for x in rec.ssm_samples_ms]
+        records.append(rec)
+    pairs = tables.pairs_table(records)
+    sd = analysis.process_sd_by_phase(pairs)["decode"]
+    assert 0.05 < sd < 0.5
+    table = analysis.go_no_go_table(cells, samples=samples, paired=pairs)
+    w1 = table[table.ssm == "mamba"].iloc[0]
+    assert w1.interval == "separate cells, widened"
+    assert w1.latency_ratio == m1.latency_ratio
+    assert w1.latency_lo < m1.latency_lo and w1.latency_hi > m1.latency_hi
+    assert "widened by the between-process spread" in " ".join(analysis.go_no_go_sentences(table))
 
 
 def test_go_no_go_names_the_precision_of_each_side():
@@ -60,14 +141,16 @@ def test_go_no_go_names_the_precision_of_each_side():
 def test_the_verdict_gives_intervals_inconclusive_points_and_precision():
     cells, samples = go_no_go_cells(attention_ms=1.05)
     cells = cells.assign(compute_dtype=np.where(cells.model == "attention", "bf16", "fp32"))
-    paired = tables.paired_table([paired_record("mamba2", 1.6)])
+    paired = tables.pairs_table([paired_record("mamba2", 1.6)])
     table = analysis.go_no_go_table(cells, samples=samples, paired=paired)
     text = " ".join(analysis.go_no_go_sentences(table))
     ratio = table[table.ssm == "mamba2"].iloc[0]
     assert (
         f"mamba2 {ratio.latency_ratio:.2f}x (95% CI {ratio.latency_lo:.2f}-"
-        f"{ratio.latency_hi:.2f}, paired)" in text
+        f"{ratio.latency_hi:.2f}, paired, within one process only)" in text
     )
+    replicates = " ".join(analysis.replicate_sentences(table))
+    assert "Every paired interval is within one process (replicates: 1)" in replicates
     assert "Inconclusive in decode (the 95% interval holds 1, no answer): mamba at T = 256" in text
     assert "Not like for like in precision: " in text
     assert "mamba: attention computes in bf16, the SSM in fp32" in text
@@ -188,3 +271,44 @@ def test_verdict_lists_status_go_no_go_fastest_backends_and_claims():
         points[2]
         == "- Of 3 published claims checked against this run: 2 reproduced, 1 not comparable here."
     )
+
+
+def test_two_runs_are_compared_point_by_point(tmp_path):
+    import importlib.util
+
+    from ssmbench.config import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "compare_go_no_go", REPO / "scripts" / "compare_go_no_go.py"
+    )
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    point = dict(phase="decode", batch=1, dtype="fp32", interval="hierarchical")
+    a = pd.DataFrame(
+        [
+            dict(point, seq_len=4096, ssm="mamba2", latency_ratio=1.5, latency_lo=1.3,
+                 latency_hi=1.7, answer="ssm faster"),
+            dict(point, seq_len=4096, ssm="s4d", latency_ratio=0.9, latency_lo=0.8,
+                 latency_hi=0.95, answer="attention faster"),
+            dict(point, seq_len=1024, ssm="s4d", latency_ratio=1.0, latency_lo=0.9,
+                 latency_hi=1.1, answer="inconclusive"),
+        ]
+    )  # fmt: skip
+    b = a.copy()
+    b.loc[1, ["latency_ratio", "latency_lo", "latency_hi", "answer"]] = [
+        1.2,
+        1.1,
+        1.3,
+        "ssm faster",
+    ]
+    b.loc[2, ["latency_ratio", "latency_lo", "latency_hi", "answer"]] = [
+        1.3,
+        1.2,
+        1.4,
+        "ssm faster",
+    ]
+    both = compare.compare(a, b)
+    # s4d at 4096 flips; at 1024 one side is inconclusive: no flip, though neither covers
+    assert both.flip.tolist() == [False, True, False]
+    assert both.a_in_b.tolist() == [True, False, False]
+    assert both.b_in_a.tolist() == [True, False, False]

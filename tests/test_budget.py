@@ -35,6 +35,11 @@ def test_every_job_of_the_plan_is_counted_once():
     assert rules.count("profile") == len(plan.profiled)
     assert rules.count("calibrate") == 1 and rules[0] == "calibrate"
     assert all(j.seconds > 0 for j in jobs)
+    # each replicate of a paired cell is a job of its own, and priced
+    assert {plan.replicates(c) for c in plan.paired} == {3}  # the headline pairs: k >= 3
+    assert rules.count("paired") == 3 * len(plan.paired)
+    paired = [j.name for j in jobs if j.rule == "paired"]
+    assert len(set(paired)) == len(paired) and paired[0].endswith("-r0")
     # headline cells are listed (and scheduled) before the others
     bench = [j.name for j in jobs if j.rule == "bench"]
     headline = {

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from ssmbench import tables
+from ssmbench import paths, tables
 from ssmbench.cell import CellSpec
 from ssmbench.config import Cell, ConfigError, Size, Timing, load, paired_attention, plan
 from ssmbench.finish import unfinished_paired
@@ -115,8 +115,54 @@ def test_the_plan_pairs_each_ssm_with_attention_and_verifies_both():
         plan(paired_config(timing={}, sweeps=[sweep]))
 
 
+def test_replicates_are_planned_per_preset_and_per_sweep_and_spread_over_the_run():
+    sweep = dict(
+        models=["mamba2", "hybrid"],
+        backends=["torch"],
+        phases=["decode"],
+        batch=[1],
+        seq_len=[64],
+        d_state=[4],
+        dtype=["fp32"],
+    )
+    p = plan(paired_config(replicates=3, sweeps=[sweep, {**sweep, "models": ["s4d"]}]))
+    assert {p.replicates(c) for c in p.paired} == {3}
+    assert len(p.paired_jobs) == 9 and p.measure_rounds == 3
+    assert {r for _, r in p.paired_jobs} == {0, 1, 2}
+    # the cells that are not headline cells fall into the rounds between the replicates
+    rounds = p.bench_round
+    assert set(rounds) == set(p.cells) - set(p.headline)
+    assert sorted(set(rounds.values())) == [0, 1, 2]
+    assert plan(paired_config(replicates=3, sweeps=[sweep])).bench_round == rounds  # seeded
+    # a sweep's own count wins over the preset's; a cell in two sweeps takes the most
+    p = plan(
+        paired_config(replicates=2, sweeps=[sweep, {**sweep, "models": ["s4d"], "replicates": 4}])
+    )
+    assert p.replicates(Cell("s4d", "torch", "decode", 1, 64, 4, "fp32")) == 4
+    assert p.replicates(Cell("mamba2", "torch", "decode", 1, 64, 4, "fp32")) == 2
+    assert plan(paired_config(sweeps=[sweep])).measure_rounds == 1  # default: one process
+    for bad, match in ((0, "minimum"), (2.0, "integer")):
+        with pytest.raises(ConfigError, match=rf"presets.ci.paired.replicates: .*{match}"):
+            plan(paired_config(replicates=bad, sweeps=[sweep]))
+    config = load(overrides={"preset": "ci"})
+    config["presets"]["ci"]["sweeps"][0]["replicates"] = 3
+    with pytest.raises(ConfigError, match=r"sweeps\[0\].replicates: only a paired sweep"):
+        plan(config)
+
+
+def test_each_replicate_has_its_own_record_path():
+    cell = Cell("mamba2", "torch", "decode", 1, 64, 4, "fp32")
+    first, second = (paths.paired_record("r", cell, i) for i in (0, 1))
+    assert first == "results/r/paired/mamba2/torch/decode/b1-t64-n4-fp32-r0.json"
+    assert second.endswith("-r1.json")
+    assert (
+        paths.paired_log("r", cell, 1) == "logs/r/paired/mamba2/torch/decode/b1-t64-n4-fp32-r1.log"
+    )
+
+
 def test_the_cpu_preset_pairs_every_ssm_at_the_decision_lengths():
     p = plan(load(overrides={"preset": "cpu"}))
+    assert {p.replicates(c) for c in p.paired} == {5}  # the verdict's pairs: k >= 5
     points = {(c.phase, c.seq_len) for c in p.paired}
     assert points == {("prefill", 4096), ("decode", 4096), ("decode", 65536), ("train", 1024)}
     assert {c.model for c in p.paired} == {"s4d", "mamba", "mamba2", "mamba3", "deltanet", "hybrid"}
@@ -143,6 +189,14 @@ def test_unfinished_paired_cells_become_rows(tmp_path, monkeypatch):
     cells = [Cell("mamba2", "torch", "decode", 1, 256, 16, "fp32")]
     (record,) = unfinished_paired("t", cells, [], {}, "cpu", "budget")
     assert record.status == "not_run" and record.reason.startswith("budget")
+    # replicates: each one's own row; one whose job started (its log exists) failed
+    cell = cells[0]
+    done = paths.paired_record("t", cell, 0)
+    log = tmp_path / paths.paired_log("t", cell, 2)
+    log.parent.mkdir(parents=True)
+    log.write_text("started")
+    rows = unfinished_paired("t", [(cell, r) for r in range(3)], [done], {}, "cpu", "budget")
+    assert [(r.replicate, r.status) for r in rows] == [(1, "not_run"), (2, "failed")]
 
 
 def test_a_cuda_pair_without_a_gpu_is_unavailable():

@@ -5,7 +5,18 @@ import math
 import numpy as np
 import pytest
 
-from ssmbench.stats import decide, inside, ratio_interval
+from ssmbench.stats import (
+    HIERARCHICAL,
+    WITHIN_PROCESS,
+    between_spread,
+    decide,
+    inside,
+    outliers,
+    process_sd,
+    ratio_interval,
+    replicated_ratio,
+    widen,
+)
 
 
 def drifting_pair(n=40, ratio=2.0, seed=1):
@@ -61,3 +72,91 @@ def test_decide_and_inside():
     assert decide(float("nan"), 1.2) == ""
     assert inside(1.0, 0.9, 1.1) and not inside(1.2, 0.9, 1.1)
     assert not inside(1.0, float("nan"), float("nan"))
+
+
+# Replicates: a paired cell measured in k processes (ssmbench.stats.replicated_ratio)
+
+
+def processes(k, ratio=2.0, process_sd=0.15, round_noise=0.02, n=30, seed=0):
+    """k processes of one pair: each lands on its own speed ratio (lognormal around
+    ``ratio`` with ``process_sd``, what a process's memory and threads land on), and its
+    ``n`` rounds add ``round_noise`` to each side."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(k):
+        landed = ratio * np.exp(process_sd * rng.standard_normal())
+        b = 1 + round_noise * rng.standard_normal(n)
+        a = landed * (1 + round_noise * rng.standard_normal(n))
+        out.append((a, b))
+    return out
+
+
+def test_one_process_is_its_own_paired_interval_labelled_within_process():
+    ((a, b),) = processes(1)
+    ratio, lo, hi, kind = replicated_ratio([(a, b)])
+    assert kind == WITHIN_PROCESS
+    assert (ratio, lo, hi) == ratio_interval(a, b, paired=True)
+
+
+def test_the_estimate_is_the_median_of_the_processes_ratios():
+    reps = processes(5)
+    ratio, lo, hi, kind = replicated_ratio(reps)
+    per_process = [np.median(a) / np.median(b) for a, b in reps]
+    assert kind == HIERARCHICAL
+    assert ratio == pytest.approx(np.median(per_process))
+    assert lo <= ratio <= hi
+    assert replicated_ratio(reps) == replicated_ratio(reps)  # fixed seed
+    assert replicated_ratio(reps, seed=1) != replicated_ratio(reps)
+
+
+def test_within_process_intervals_miss_the_process_spread_the_hierarchical_one_holds():
+    """The known answer is the true ratio, 2.0.  Each process lands 15% off it at random
+    and its rounds are 2% noisy: a process's own interval is far too narrow to hold the
+    truth, the hierarchical interval over five processes holds it about 95% of the time."""
+    within = hierarchical = 0
+    trials = 120
+    for seed in range(trials):
+        reps = processes(5, seed=seed)
+        _, lo, hi = ratio_interval(*reps[0], paired=True, n_resamples=400)
+        within += lo <= 2.0 <= hi
+        _, lo, hi, _ = replicated_ratio(reps, n_resamples=400)
+        hierarchical += lo <= 2.0 <= hi
+    assert within / trials < 0.4
+    assert hierarchical / trials >= 0.8
+
+
+def test_processes_without_samples_are_left_out_and_none_gives_nan():
+    reps = processes(3)
+    ratio, *_ = replicated_ratio([*reps, ([], [])])
+    assert ratio == pytest.approx(replicated_ratio(reps)[0])
+    ratio, lo, hi, kind = replicated_ratio([([], [])])
+    assert math.isnan(ratio) and math.isnan(lo) and kind == ""
+    with pytest.raises(ValueError, match="as many samples on each side, got 3 and 2"):
+        replicated_ratio([([1, 2, 3], [1, 2]), ([1, 2], [1, 2])])
+
+
+def test_between_spread_and_outliers():
+    maxmin, cv = between_spread([1.0, 2.0])
+    assert maxmin == 2.0 and cv == pytest.approx(np.std([1, 2], ddof=1) / 1.5)
+    assert all(math.isnan(v) for v in between_spread([1.0]))
+    assert outliers([1.0, 1.02, 0.98, 1.01, 1.6]) == [4]
+    assert outliers([1.0, 1.02, 0.98, 1.01, 1.03]) == []
+    # processes that agree to a fraction of a percent: a 3% one is not an outlier
+    assert outliers([1.0, 1.0001, 0.9999, 1.0, 1.03]) == []
+    assert outliers([1.0, 1.0, 5.0]) == []  # three: too few to know a spread
+
+
+def test_process_sd_pools_the_cells_log_variances():
+    sd = process_sd([[1.0, np.e], [2.0, 2.0, 2.0]])
+    # the first cell's log sample variance is 0.5 over 1 dof, the second's 0 over 2
+    assert sd == pytest.approx(np.sqrt(0.5 / 3))
+    assert math.isnan(process_sd([[1.0]]))
+
+
+def test_widen_adds_two_processes_noise_in_quadrature():
+    lo, hi = widen(2.0, 1.9, 2.1, 0.0)
+    assert (lo, hi) == pytest.approx((1.9, 2.1))
+    lo, hi = widen(2.0, 2.0, 2.0, 0.1)
+    half = 1.959964 * 0.1 * np.sqrt(2)
+    assert (lo, hi) == pytest.approx((2.0 * np.exp(-half), 2.0 * np.exp(half)), rel=1e-5)
+    assert all(math.isnan(v) for v in widen(2.0, float("nan"), 2.1, 0.1))

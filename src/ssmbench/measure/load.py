@@ -8,9 +8,11 @@ witnesses around a measurement, all from the kernel's counters, none by sampling
 - **other processes' CPU** (``/proc/stat`` busy jiffies of all CPUs, less this process's
   own user and system time, over the window): cores that someone else used;
 - **steal** (``/proc/stat``'s steal column): cores the hypervisor gave to another guest;
-- **a probe before and after**: a fixed small matmul, the median of a few calls, timed
-  before the warm-up and after the last sample; a machine that changed speed under the
-  measurement (load, clocks, thermal) shows as the two disagreeing.
+- **a probe before and after**: a fixed small matmul, the fastest of a few calls after a
+  warm-up of its own, timed before the model is built and after the last sample; a
+  machine that changed speed under the measurement (load, clocks, thermal) shows as the
+  two disagreeing.  (The fastest, not the median: a process's first matmuls are up to 2x
+  slower while its thread pool wakes, which read as load when the median was used.)
 
 The one-minute load average is kept as well, but it is not a witness: this job's own
 threads are in it, and so are the jobs before it.  :meth:`LoadWatch.stop` returns the
@@ -21,7 +23,6 @@ only for the counters; elsewhere they are None and only the probe speaks.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -31,7 +32,8 @@ OTHER_CPU_CORES = 0.25
 STEAL_SHARE = 0.02
 PROBE_CHANGE = 0.25
 PROBE_CALLS = 7
-PROBE_N = 384  # a 384 x 384 float32 matmul: about 1-3 ms on the 2-core VM
+PROBE_WARMUP = 10
+PROBE_N = 384  # a 384 x 384 float32 matmul: about 0.6 ms on the 2-core VM
 
 _BUSY = (0, 1, 2, 5, 6)  # user nice system irq softirq (idle, iowait and steal excluded)
 _STEAL = 7
@@ -69,22 +71,23 @@ def _own_cpu_s() -> float:
 
 
 def probe_ms(calls: int = PROBE_CALLS, n: int = PROBE_N) -> float | None:
-    """The median of ``calls`` timed calls of a fixed ``n`` x ``n`` matmul on the host
-    (torch's, on the threads this process uses), or None without torch."""
+    """The fastest of ``calls`` timed calls of a fixed ``n`` x ``n`` matmul on the host
+    (torch's, on the threads this process uses), after ``PROBE_WARMUP`` untimed ones; None
+    without torch."""
     try:
         import torch
     except ImportError:
         return None
     g = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=g)
-    for _ in range(2):  # the first calls allocate and wake the thread pool
+    for _ in range(PROBE_WARMUP):  # the first calls allocate and wake the thread pool
         a @ a
     times = []
     for _ in range(calls):
         t0 = time.perf_counter_ns()
         a @ a
         times.append((time.perf_counter_ns() - t0) / 1e6)
-    return statistics.median(times)
+    return min(times)
 
 
 class LoadWatch:

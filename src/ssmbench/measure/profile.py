@@ -314,22 +314,30 @@ def profile_ops(
     the profiled calls is written there, for Perfetto or chrome://tracing.
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     if trace_path is not None and not trace_path.endswith((".json", ".json.gz")):
         raise ValueError(f"trace_path must end with .json or .json.gz, got {trace_path!r}")
     cuda = device == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        from torch.profiler import ProfilerActivity, profile
+
+        profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    else:
+        # torch.autograd.profiler's profile, which torch.profiler.profile wraps: entering the
+        # wrapper imports Inductor and Dynamo (about 2 s a process on the 2-core VM)
+        from torch.autograd.profiler import profile
+
+        profiler = profile(use_cpu=True, use_kineto=True)
     for _ in range(warmup):
         fn()
     if cuda:
         torch.cuda.synchronize()
-    with profile(activities=activities) as prof:
+    with profiler as prof:
         for _ in range(iters):
             fn()
         if cuda:
             torch.cuda.synchronize()  # every kernel ends inside the profiled window
-    events = prof.events()
+    events = prof.events() if cuda else prof.function_events
     rows = bucket_times(device_events(events) if cuda else cpu_events(events), iters)
     if trace_path is not None:
         export_trace(prof, trace_path)

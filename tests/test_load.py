@@ -1,0 +1,53 @@
+"""Was the machine ours while a cell was measured (ssmbench.measure.load)?"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ssmbench.measure import load
+
+
+def test_a_reading_says_which_witness_saw_a_loaded_machine():
+    assert load.reading(1.9, 0.05, 0.0, 2.0, 2.1).loaded == ""
+    busy = load.reading(3.1, 0.9, 0.0, 2.0, 2.1)
+    assert busy.loaded == "other processes used 0.90 cores on average"
+    stolen = load.reading(None, None, 0.3, None, None)
+    assert stolen.loaded == "30% of CPU time was stolen by the hypervisor"
+    slower = load.reading(None, 0.0, 0.0, 2.0, 3.0)
+    assert slower.loaded == "the probe took 3 ms after against 2 ms before (+50%)"
+    both = load.reading(None, 1.0, 0.0, 2.0, 1.0).loaded
+    assert both.startswith("other processes used") and "(-50%)" in both
+    # no counters (not Linux) and no probe: nothing to say
+    assert load.reading(None, None, None, None, None).loaded == ""
+
+
+def test_the_probe_times_a_fixed_matmul():
+    ms = load.probe_ms(calls=3)
+    assert ms is not None and 0 < ms < 1000
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
+def test_another_busy_process_is_seen_and_this_ones_own_work_is_not():
+    # this process busy on its own: not someone else's load
+    watch = load.LoadWatch(probe=False).start()
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:
+        pass
+    own = watch.stop()
+    assert own.other_cpu_cores is not None and own.other_cpu_cores < load.OTHER_CPU_CORES
+    # a child spinning on a core for the whole window: about one core used by another
+    spin = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass"
+    child = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.2)
+        watch = load.LoadWatch(probe=False).start()
+        time.sleep(0.8)
+        other = watch.stop()
+    finally:
+        child.wait()
+    assert other.other_cpu_cores > 0.5
+    assert other.loaded.startswith("other processes used")
