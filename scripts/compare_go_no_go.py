@@ -48,9 +48,8 @@ def main() -> None:
     n = len(both)
     inside = int(both.a_in_b.sum() + both.b_in_a.sum())
     print(f"{n} points in both tables; {int(both.flip.sum())} answers flip")
-    print(
-        f"each run's ratio inside the other's interval: {inside} of {2 * n} ({inside / (2 * n):.0%})"
-    )
+    share = inside / (2 * n) if n else float("nan")
+    print(f"each run's ratio inside the other's interval: {inside} of {2 * n} ({share:.0%})")
     for kind, rows in both.groupby("interval_a"):
         hits = int(rows.a_in_b.sum() + rows.b_in_a.sum())
         print(

@@ -187,6 +187,22 @@ PAIRED_SCHEMA = pa.DataFrameSchema(
 )
 
 
+def judged_load(record) -> str:
+    """Whether a cell or replicate was measured on a loaded machine, judged from the
+    numbers its record keeps (``ssmbench.measure.load.reading``) against the thresholds
+    of the code that makes the table, so a threshold changed later applies to old records
+    too (the record's own ``loaded`` says what its job judged)."""
+    from ssmbench.measure.load import reading
+
+    return reading(
+        getattr(record, "load_avg_1m", None),
+        getattr(record, "other_cpu_cores", None),
+        getattr(record, "steal_share", None),
+        getattr(record, "probe_before_ms", None),
+        getattr(record, "probe_after_ms", None),
+    ).loaded
+
+
 def paired_table(records) -> pd.DataFrame:
     """One row per paired record (one replicate process): attention's and the SSM's
     medians, attention over the SSM, and the 95% interval of that ratio from a bootstrap
@@ -198,6 +214,7 @@ def paired_table(records) -> pd.DataFrame:
     rows = []
     for r in records:
         row = {c: getattr(r, c, None) for c in PAIRED_COLUMNS}
+        row["loaded"] = judged_load(r)
         lo = hi = None
         if r.status == "ok":
             _, lo, hi = ratio_interval(r.attention_samples_ms, r.ssm_samples_ms, paired=True)
@@ -328,7 +345,7 @@ def pairs_table(records) -> pd.DataFrame:
             for r in others
         )
         row["loaded"] = "; ".join(
-            f"r{getattr(r, 'replicate', 0)}: {r.loaded}" for r in group if getattr(r, "loaded", "")
+            f"r{getattr(r, 'replicate', 0)}: {judged_load(r)}" for r in group if judged_load(r)
         )
         if ok:
             sides = [(r.attention_samples_ms, r.ssm_samples_ms) for r in ok]
@@ -457,6 +474,7 @@ def cells_table(records: Iterable[CellRecord]) -> pd.DataFrame:
     for r in records:
         d = r.to_dict()
         row = {c: d[c] for c in CELL_COLUMNS}
+        row["loaded"] = judged_load(r)
         row.update({c: d["size"][c] for c in SIZE_COLUMNS})
         row["family"] = d["model"]
         rows.append(row)
