@@ -33,7 +33,7 @@ def test_default_config_plans_cpu_without_cuda():
     assert set(plan.pairs) == {(m, b) for m in families for b in backends}
     eager = [c for c in plan.cells if c.backend in ("naive", "torch")]
     by_phase = {ph: {c for c in eager if c.phase == ph} for ph in ("prefill", "decode", "train")}
-    assert len(by_phase["prefill"]) == 7 * 5 + 7 * 3  # torch at 5 lengths, naive at 3
+    assert len(by_phase["prefill"]) == 7 * 5 + 7 * 2  # torch at 5 lengths, naive at 2
     decode = by_phase["decode"]
     assert {c.seq_len for c in decode} == {1024, 4096, 16384, 65536}
     # an SSM's naive and torch decode steps are one code: only attention's loop differs
@@ -45,7 +45,7 @@ def test_default_config_plans_cpu_without_cuda():
     assert {c.seq_len for c in by_phase["train"] if c.backend == "naive"} == {256}
     gpu_only = {c for c in plan.cells if c.backend in ("fused", "torch-graph", "fused-graph")}
     assert len(gpu_only) == 7 * (3 + 2) and {c.seq_len for c in gpu_only} == {1024}
-    assert len(plan.cells) == 56 + len(decode) + 21 + len(gpu_only)
+    assert len(plan.cells) == 49 + len(decode) + 21 + len(gpu_only)
     # the profiled cells are torch prefills, also timed by the first sweep
     assert plan.profiled and plan.profiled <= by_phase["prefill"]
     assert {c.backend for c in plan.profiled} == {"torch"}

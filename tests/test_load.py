@@ -19,8 +19,10 @@ def test_a_reading_says_which_witness_saw_a_loaded_machine():
     assert stolen.loaded == "30% of CPU time was stolen by the hypervisor"
     slower = load.reading(None, 0.0, 0.0, 2.0, 3.0)
     assert slower.loaded == "the probe took 3 ms after against 2 ms before (+50%)"
-    both = load.reading(None, 1.0, 0.0, 2.0, 1.0).loaded
-    assert both.startswith("other processes used") and "(-50%)" in both
+    # a probe faster after than before is the process's own start, not load
+    assert load.reading(None, 0.0, 0.0, 2.0, 1.0).loaded == ""
+    both = load.reading(None, 1.0, 0.0, 2.0, 3.0).loaded
+    assert both.startswith("other processes used") and "(+50%)" in both
     # no counters (not Linux) and no probe: nothing to say
     assert load.reading(None, None, None, None, None).loaded == ""
 
@@ -51,3 +53,18 @@ def test_another_busy_process_is_seen_and_this_ones_own_work_is_not():
         child.wait()
     assert other.other_cpu_cores > 0.5
     assert other.loaded.startswith("other processes used")
+
+
+def test_the_tables_judge_a_records_numbers_with_the_current_thresholds():
+    from ssmbench import tables
+    from tests.conftest import make_record, paired_record
+
+    # the job judged 0.3 cores as load (its thresholds then); the tables do not
+    old = paired_record("mamba2", 1.5, other_cpu_cores=0.3, loaded="other processes used 0.30")
+    busy = paired_record("mamba2", 1.5, replicate=1, other_cpu_cores=0.9)
+    rows = tables.paired_table([old, busy])
+    assert rows.loaded.tolist() == ["", "other processes used 0.90 cores on average"]
+    cells = tables.cells_table([make_record(other_cpu_cores=0.9, steal_share=0.1)])
+    assert cells.loaded.iloc[0] == (
+        "other processes used 0.90 cores on average; 10% of CPU time was stolen by the hypervisor"
+    )

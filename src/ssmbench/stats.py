@@ -44,6 +44,7 @@ HIERARCHICAL, WITHIN_PROCESS = "hierarchical", "within-process"
 # a replicate whose ratio lies further than this many MADs (scaled to a normal's sd) from
 # its siblings' median, on the log scale, is an outlier (:func:`outliers`)
 OUTLIER_MADS = 3.5
+OUTLIER_FLOOR = 0.10
 MAD_SCALE = 1.4826
 
 
@@ -177,9 +178,10 @@ def between_spread(estimates: Sequence[float]) -> tuple[float, float]:
 def outliers(estimates: Sequence[float], mads: float = OUTLIER_MADS) -> list[int]:
     """The indices of the estimates that disagree with their siblings beyond their
     spread: on the log scale, further from the others' median than ``mads`` times the
-    others' median absolute deviation (scaled to a normal's sd), and more than 5% off it
-    (so processes that agree to a few tenths of a percent name no outlier).  Needs at
-    least four estimates (three siblings for the spread)."""
+    others' median absolute deviation (scaled to a normal's sd), and more than
+    ``OUTLIER_FLOOR`` (10%) off it: four siblings give a rough MAD, and processes that
+    agree to a few percent name no outlier.  Needs at least four estimates (three
+    siblings for the spread)."""
     x = np.log(np.asarray(estimates, dtype=float))
     if x.size < 4 or not np.isfinite(x).all():
         return []
@@ -189,7 +191,7 @@ def outliers(estimates: Sequence[float], mads: float = OUTLIER_MADS) -> list[int
         centre = np.median(others)
         mad = MAD_SCALE * np.median(np.abs(others - centre))
         off = abs(x[i] - centre)
-        if off > np.log(1.05) and off > mads * mad:
+        if off > np.log(1 + OUTLIER_FLOOR) and off > mads * mad:
             found.append(i)
     return found
 

@@ -10,9 +10,10 @@ witnesses around a measurement, all from the kernel's counters, none by sampling
 - **steal** (``/proc/stat``'s steal column): cores the hypervisor gave to another guest;
 - **a probe before and after**: a fixed small matmul, the fastest of a few calls after a
   warm-up of its own, timed before the model is built and after the last sample; a
-  machine that changed speed under the measurement (load, clocks, thermal) shows as the
-  two disagreeing.  (The fastest, not the median: a process's first matmuls are up to 2x
-  slower while its thread pool wakes, which read as load when the median was used.)
+  machine that slowed under the measurement (load, clocks, thermal) shows as the probe
+  after being slower.  Only that direction counts: in a fresh process the probe before is
+  up to 1.7x slower than after however it is warmed (the fastest of 7 calls after 10, on
+  the 2-core VM), so a faster probe after is the process's own start, not load.
 
 The one-minute load average is kept as well, but it is not a witness: this job's own
 threads are in it, and so are the jobs before it.  :meth:`LoadWatch.stop` returns the
@@ -27,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 # thresholds: another process using this much of a core on average, steal of this share
-# of the CPUs' time, or a probe this much slower or faster after than before.  Snakemake's
+# of the CPUs' time, or a probe this much slower after than before.  Snakemake's
 # own main process hums at 0.1-0.35 of a core during a job late in a 340-job run on the
 # 2-core VM (its CPU time grows with the jobs done): that is not someone else's load, a
 # competing busy process (a whole core) is.
@@ -140,7 +141,7 @@ def reading(load_avg, other, steal, before, after) -> LoadReading:
         why.append(f"{steal:.0%} of CPU time was stolen by the hypervisor")
     if before and after:
         change = after / before - 1
-        if abs(change) > PROBE_CHANGE:
+        if change > PROBE_CHANGE:  # slower after: the machine slowed under the measurement
             why.append(
                 f"the probe took {after:.3g} ms after against {before:.3g} ms before "
                 f"({change:+.0%})"

@@ -1,0 +1,68 @@
+"""scripts/bench_paired_rerun.py: its coverage from rows with a known answer, and one small
+real run of it (one pair, two runs of two processes at the ci preset)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "bench_paired_rerun.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("bench_paired_rerun", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rows(runs=4, processes=5, process_sd=0.15, seed=0):
+    """Rows as the workers print them: each process lands 15% off the true ratio 2.0 and
+    its 30 rounds are 2% noisy."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for run in range(runs):
+        for process in range(processes):
+            landed = 2.0 * np.exp(process_sd * rng.standard_normal())
+            ssm = 1 + 0.02 * rng.standard_normal(30)
+            attention = landed * (1 + 0.02 * rng.standard_normal(30))
+            out.append(
+                dict(run=run, process=process, model="mamba2", phase="decode", seq_len=4096,
+                     status="ok", attention=list(attention), ssm=list(ssm), loaded="")
+            )  # fmt: skip
+    return out
+
+
+def test_one_process_intervals_miss_reruns_that_replicated_ones_cover():
+    table, totals = _module().coverage(rows())
+    (pair,) = table
+    assert pair["runs"] == 4 and pair["processes"] == 20 and pair["couples"] == 12
+    one = totals["one"][0] / totals["one"][1]
+    replicated = totals["replicated"][0] / totals["replicated"][1]
+    assert one < 0.3  # a process's rounds know nothing of the 15% between processes
+    assert replicated >= 0.75
+    assert pair["width_replicated"] > 3 * pair["width_one"]
+
+
+def test_a_small_real_run_prints_its_coverage(tmp_path):
+    out = tmp_path / "rerun.json"
+    cmd = [sys.executable, str(SCRIPT), "--runs", "2", "--replicates", "2", "--preset", "ci"]
+    cmd += ["--models", "mamba2", "--points", "decode:64", "--threads", "1", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "coverage, one process:" in done.stdout and "coverage, 2 processes:" in done.stdout
+    saved = json.loads(out.read_text())
+    assert saved["runs"] == 2 and len(saved["rows"]) == 4
+    again = subprocess.run(
+        [sys.executable, str(SCRIPT), "--from", str(out)], capture_output=True, text=True,
+        timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    # the report from the saved rounds is the same report
+    assert again.stdout.splitlines()[-2:] == done.stdout.splitlines()[-2:]
