@@ -240,7 +240,9 @@ def prewarm_priority(wildcards):
 
 # With replicates, the other cells and the later replicates share the priorities between
 # the first replicates (75) and the rest (10): round r's replicates, then its cells.
-ROUND_STEP = max(1, (PRIORITY["paired"] - PRIORITY["bench"][1]) // (2 * PLAN.measure_rounds))
+ROUND_STEP = max(
+    1, (PRIORITY["paired"] - PRIORITY["bench"][1]) // (2 * PLAN.measure_rounds)
+)
 
 
 def bench_priority(wildcards):
