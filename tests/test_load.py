@@ -34,14 +34,13 @@ def test_the_probe_times_a_fixed_matmul():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
 def test_another_busy_process_is_seen_and_this_ones_own_work_is_not():
-    # this process busy on its own: not someone else's load
+    # this process busy on a core: its own work, not someone else's load
     watch = load.LoadWatch(probe=False).start()
-    end = time.monotonic() + 0.6
+    end = time.monotonic() + 0.8
     while time.monotonic() < end:
         pass
     own = watch.stop()
-    assert own.other_cpu_cores is not None and own.other_cpu_cores < load.OTHER_CPU_CORES
-    # a child spinning on a core for the whole window: about one core used by another
+    # a child spinning on a core for the whole window, this process idle: another's core
     spin = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass"
     child = subprocess.Popen([sys.executable, "-c", spin])
     try:
@@ -51,7 +50,8 @@ def test_another_busy_process_is_seen_and_this_ones_own_work_is_not():
         other = watch.stop()
     finally:
         child.wait()
-    assert other.other_cpu_cores > 0.5
+    # whatever else the machine runs is in both windows; the child's core only in the second
+    assert other.other_cpu_cores - own.other_cpu_cores > 0.6
     assert other.loaded.startswith("other processes used")
 
 

@@ -66,8 +66,6 @@ def ratio_interval(
     together, so ``a`` and ``b`` must have the same length.  With fewer than two samples
     on a side, or a zero median, lo and hi are NaN; when every resample gives the same
     ratio, the interval is that point."""
-    from scipy import stats
-
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if paired and a.shape != b.shape:
         raise ValueError(
@@ -80,7 +78,16 @@ def ratio_interval(
         return ratio, float("nan"), float("nan")
     if np.ptp(a) == 0 and np.ptp(b) == 0:  # nothing to resample
         return ratio, ratio, ratio
-    result = stats.bootstrap(
+    result = _bootstrap(a, b, paired, n_resamples, confidence, np.random.default_rng(seed))
+    low, high = result.confidence_interval
+    return ratio, float(low), float(high)
+
+
+def _bootstrap(a, b, paired: bool, n_resamples: int, confidence: float, rng):
+    """scipy's percentile bootstrap of :func:`ratio_of_medians` (module docstring)."""
+    from scipy import stats
+
+    return stats.bootstrap(
         (a, b),
         ratio_of_medians,
         n_resamples=n_resamples,
@@ -88,10 +95,8 @@ def ratio_interval(
         paired=paired,
         confidence_level=confidence,
         method="percentile",
-        **_seed(seed),
+        **_seed_of(rng),
     )
-    low, high = result.confidence_interval
-    return ratio, float(low), float(high)
 
 
 def paired_distribution(
@@ -100,22 +105,11 @@ def paired_distribution(
     """``n_resamples`` ratios of medians of one process's rounds resampled as pairs
     (``scipy.stats.bootstrap``'s distribution); a single round, or rounds without spread,
     give their ratio ``n_resamples`` times."""
-    from scipy import stats
-
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     ratio = float(ratio_of_medians(a, b))
     if a.size < 2 or (np.ptp(a) == 0 and np.ptp(b) == 0):
         return np.full(n_resamples, ratio)
-    result = stats.bootstrap(
-        (a, b),
-        ratio_of_medians,
-        n_resamples=n_resamples,
-        vectorized=True,
-        paired=True,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        **_seed_of(rng),
-    )
+    result = _bootstrap(a, b, True, n_resamples, CONFIDENCE, rng)
     return np.asarray(result.bootstrap_distribution, dtype=float)
 
 
@@ -197,18 +191,14 @@ def outliers(estimates: Sequence[float], mads: float = OUTLIER_MADS) -> list[int
 
 
 def _seed_of(rng: np.random.Generator) -> dict:
-    """scipy's seed keyword for a generator (:func:`_seed`)."""
+    """scipy's seed keyword for a generator: ``rng`` from scipy 1.15 on, ``random_state``
+    before it."""
     import inspect
 
     from scipy import stats
 
     name = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
     return {name: rng}
-
-
-def _seed(seed: int) -> dict:
-    """scipy's seed keyword: ``rng`` from scipy 1.15 on, ``random_state`` before it."""
-    return _seed_of(np.random.default_rng(seed))
 
 
 def process_sd(medians_by_cell: Sequence[Sequence[float]]) -> float:

@@ -249,10 +249,7 @@ def read_paired_table(path: str | os.PathLike) -> pd.DataFrame:
     df = df[[c for c in PAIRED_COLUMNS]]
     for col in _PAIRED_TEXT:
         df[col] = df[col].fillna("").astype(str)
-    try:
-        return PAIRED_SCHEMA.validate(df, lazy=True)
-    except (pa.errors.SchemaErrors, pa.errors.SchemaError) as e:
-        raise ValueError(f"{path}: not a valid paired table:\n{e}") from None
+    return _checked(df, PAIRED_SCHEMA, path, "paired table")
 
 
 # One row per paired cell, its replicates taken together (ssmbench.stats.replicated_ratio):
@@ -394,14 +391,8 @@ def read_pairs_table(path: str | os.PathLike) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         return PAIRS_SCHEMA.validate(pd.DataFrame(columns=PAIRS_COLUMNS))
-    df = pd.read_csv(path, dtype={c: object for c in _PAIRS_TEXT})
-    for col in _PAIRS_TEXT:
-        if col in df:
-            df[col] = df[col].fillna("").astype(str)
-    try:
-        return PAIRS_SCHEMA.validate(df, lazy=True)
-    except (pa.errors.SchemaErrors, pa.errors.SchemaError) as e:
-        raise ValueError(f"{path}: not a valid pairs table:\n{e}") from None
+    df = _read_text_csv(path, _PAIRS_TEXT)
+    return _checked(df, PAIRS_SCHEMA, path, "pairs table")
 
 
 # One row per (profiled cell, bucket) with status ok; a cell that could not be profiled has
@@ -526,15 +517,27 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
     if path.suffix == ".parquet":
         df = pd.read_parquet(path)
     else:
-        text_columns = (*TEXT_COLUMNS, "family")
-        df = pd.read_csv(path, dtype={c: object for c in text_columns})
-        for col in text_columns:
-            if col in df:
-                df[col] = df[col].fillna("").astype(str)
+        df = _read_text_csv(path, (*TEXT_COLUMNS, "family"))
+    return _checked(df, CELLS_SCHEMA, path, "cells table")
+
+
+def _read_text_csv(path, text: Iterable[str]) -> pd.DataFrame:
+    """A CSV whose ``text`` columns read as strings ("" where empty)."""
+    text = tuple(text)
+    df = pd.read_csv(path, dtype={c: object for c in text})
+    for col in text:
+        if col in df:
+            df[col] = df[col].fillna("").astype(str)
+    return df
+
+
+def _checked(df: pd.DataFrame, schema: pa.DataFrameSchema, path, what: str) -> pd.DataFrame:
+    """``df`` validated against ``schema``, or a ValueError naming the file and every
+    failure."""
     try:
-        return CELLS_SCHEMA.validate(df, lazy=True)
+        return schema.validate(df, lazy=True)
     except (pa.errors.SchemaErrors, pa.errors.SchemaError) as e:
-        raise ValueError(f"{path}: not a valid cells table:\n{e}") from None
+        raise ValueError(f"{path}: not a valid {what}:\n{e}") from None
 
 
 def ops_table(ops_paths: Iterable[str]) -> pd.DataFrame:
