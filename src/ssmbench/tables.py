@@ -246,7 +246,7 @@ def read_paired_table(path: str | os.PathLike) -> pd.DataFrame:
             df[col] = {"text": "", "count": 1, "float": float("nan")}[kind]
     if "replicate" not in df:
         df.insert(len(KEYS), "replicate", 0)
-    df = df[[c for c in PAIRED_COLUMNS]]
+    df = df[PAIRED_COLUMNS]
     for col in _PAIRED_TEXT:
         df[col] = df[col].fillna("").astype(str)
     return _checked(df, PAIRED_SCHEMA, path, "paired table")
@@ -341,13 +341,12 @@ def pairs_table(records) -> pd.DataFrame:
             f"r{getattr(r, 'replicate', 0)} {r.status}: {(r.reason or '').partition(chr(10))[0]}"
             for r in others
         )
-        row["loaded"] = "; ".join(
-            f"r{getattr(r, 'replicate', 0)}: {judged_load(r)}" for r in group if judged_load(r)
-        )
+        judged = [(getattr(r, "replicate", 0), judged_load(r)) for r in group]
+        row["loaded"] = "; ".join(f"r{i}: {why}" for i, why in judged if why)
         if ok:
             sides = [(r.attention_samples_ms, r.ssm_samples_ms) for r in ok]
             ratio, lo, hi, kind = stats.replicated_ratio(sides)
-            per_process = [float(np.median(a) / np.median(b)) for a, b in sides]
+            per_process = [float(stats.ratio_of_medians(a, b)) for a, b in sides]
             maxmin, cv = stats.between_spread(per_process)
             attention = [float(np.median(a)) for a, _ in sides]
             ssm = [float(np.median(b)) for _, b in sides]
