@@ -22,7 +22,7 @@ with logged(snakemake):
     run, p = snakemake.wildcards.run, snakemake.params
     i = snakemake.input
     check_all([*i.cells, *i.paired, *i.verify, *i.ops, *i.device, *i.tasks])  # or ProvenanceError
-    planned = [Cell(**c) for c in p.planned]
+    planned = [(Cell(**c["cell"]), c["replicate"]) for c in p.planned]
     extra = unfinished_records(run, planned, snakemake.input.cells, p.size, p.device, p.stopped)
     planned_paired = [(Cell(**c["cell"]), c["replicate"]) for c in p.planned_paired]
     paired_extra = unfinished_paired(

@@ -31,6 +31,7 @@ with logged(snakemake):
         print(message)
         print(f"warning: {message}", file=sys.__stderr__)
     record = run_cell(spec, verify=verify, threads=snakemake.threads, device_info=device_info)
+    record.replicate, record.replicates = p.replicate, p.replicates  # which process of a cell
     print(
         f"{snakemake.output.record}: {record.status} {record.reason} "
         f"median={record.time_ms_median} ms n={record.n_samples}"

@@ -17,12 +17,12 @@ import pandas as pd
 from ssmbench.analysis import go_no_go_table, speedups_table, verdict_rst
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
-from ssmbench.tables import read_cells, read_pairs_table
+from ssmbench.tables import read_cells, read_pairs_table, read_samples
 
 with logged(snakemake):
     started = now()
     cells = read_cells(snakemake.input.cells)
-    samples = pd.read_parquet(snakemake.input.samples)
+    samples = read_samples(snakemake.input.samples)
     paired = read_pairs_table(snakemake.input.pairs)
     claims = pd.read_csv(snakemake.input.claims)
     out = snakemake.output

@@ -14,7 +14,9 @@ from ssmbench.stats import (
     outliers,
     process_sd,
     ratio_interval,
+    replicated_median,
     replicated_ratio,
+    replicated_unpaired_ratio,
     widen,
 )
 
@@ -160,3 +162,71 @@ def test_widen_adds_two_processes_noise_in_quadrature():
     half = 1.959964 * 0.1 * np.sqrt(2)
     assert (lo, hi) == pytest.approx((2.0 * np.exp(-half), 2.0 * np.exp(half)), rel=1e-5)
     assert all(math.isnan(v) for v in widen(2.0, float("nan"), 2.1, 0.1))
+
+
+# Replicated cells: one cell measured in k processes (ssmbench.stats.replicated_median)
+
+
+def cell_processes(k, median_ms=3.0, process_sd=0.15, sample_noise=0.02, n=20, seed=0):
+    """k processes of one cell: each lands on its own speed (lognormal around
+    ``median_ms`` with ``process_sd``), and its ``n`` samples add ``sample_noise``."""
+    rng = np.random.default_rng(seed)
+    return [
+        median_ms
+        * np.exp(process_sd * rng.standard_normal())
+        * (1 + sample_noise * rng.standard_normal(n))
+        for _ in range(k)
+    ]
+
+
+def test_a_replicated_cell_is_the_median_of_its_processes_medians():
+    reps = cell_processes(5)
+    median, lo, hi, kind = replicated_median(reps)
+    assert kind == HIERARCHICAL
+    assert median == pytest.approx(np.median([np.median(x) for x in reps]))
+    assert lo <= median <= hi
+    assert replicated_median(reps) == replicated_median(reps)  # fixed seed
+    # one process: no interval, its own would hold none of the process-to-process noise
+    assert all(math.isnan(v) for v in replicated_median(reps[:1])[:3])
+    assert replicated_median(reps[:1])[3] == ""
+    assert replicated_median([*reps[:2], []])[3] == HIERARCHICAL  # empty processes left out
+
+
+def test_a_replicated_cells_interval_holds_the_process_spread_one_processs_does_not():
+    """The known answer is the true median, 3.0 ms: each process lands 15% off it and
+    its samples are 2% noisy.  One process's bootstrap interval of its median rarely
+    holds 3.0; the hierarchical interval over five processes holds it most of the time."""
+    from ssmbench.stats import median_distribution
+
+    within = hierarchical = 0
+    trials = 100
+    for seed in range(trials):
+        reps = cell_processes(5, seed=seed)
+        dist = median_distribution(reps[0], 400, np.random.default_rng(seed))
+        lo, hi = np.percentile(dist, [2.5, 97.5])
+        within += lo <= 3.0 <= hi
+        _, lo, hi, _ = replicated_median(reps, n_resamples=400)
+        hierarchical += lo <= 3.0 <= hi
+    assert within / trials < 0.4
+    assert hierarchical / trials >= 0.8
+
+
+def test_two_replicated_cells_ratio_holds_both_sides_process_spread():
+    """Two separate cells whose true medians are 6.0 and 3.0 ms (ratio 2.0), each in five
+    processes 15% apart: the interval of their ratio covers 2.0 most of the time, the
+    unpaired interval of two single processes' samples seldom does."""
+    single = replicated = 0
+    trials = 100
+    for seed in range(trials):
+        a = cell_processes(5, median_ms=6.0, seed=2 * seed)
+        b = cell_processes(5, median_ms=3.0, seed=2 * seed + 1)
+        _, lo, hi = ratio_interval(a[0], b[0], paired=False, n_resamples=400)
+        single += lo <= 2.0 <= hi
+        ratio, lo, hi = replicated_unpaired_ratio(a, b, n_resamples=400)
+        replicated += lo <= 2.0 <= hi
+        assert ratio == pytest.approx(
+            np.median([np.median(x) for x in a]) / np.median([np.median(x) for x in b])
+        )
+    assert single / trials < 0.4
+    assert replicated / trials >= 0.8
+    assert all(math.isnan(v) for v in replicated_unpaired_ratio(a[:1], b))

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from ssmbench import config as sbconfig
+from ssmbench import paths
 from ssmbench.provenance import sha256, write_manifest
 from tests.conftest import ANCHORS, copy_workflow, snakemake
 
@@ -49,8 +50,22 @@ def test_tables_hold_every_cell_verified_and_measured(ci_run):
     assert (cells.time_ms_p95 >= cells.time_ms_median).all()
     assert (cells.flop > 0).all() and (cells.bytes > 0).all()
     assert (cells.tflops == cells.flop / (cells.time_ms_median / 1e3) / 1e12).all()
+    # the headline cells in two processes each: a record per process, one row per cell
+    # (the median process) with the spread and the interval over both, every sample kept
     samples = pd.read_parquet(tables / "samples.parquet")
-    assert len(samples) == cells.n_samples.sum()
+    replicated = cells[cells.replicates > 1]
+    assert len(replicated) == len(CI.headline) == 2
+    assert (replicated.replicates_ok == 2).all() and replicated.time_interval.eq(
+        "hierarchical"
+    ).all()
+    extra = 0
+    for cell in CI.headline:
+        record = json.loads((ci_run / paths.cell_record("ci", cell, 1)).read_text())
+        assert record["replicate"] == 1 and record["replicates"] == 2
+        extra += record["n_samples"]
+        kept = samples[(samples.model == cell.model) & (samples.phase == "decode")]
+        assert set(kept[kept.seq_len == cell.seq_len].replicate) == {0, 1}
+    assert len(samples) == cells.n_samples.sum() + extra
     parquet = pd.read_parquet(tables / "cells.parquet")
     assert list(parquet.columns) == list(cells.columns) and len(parquet) == len(cells)
     verify = pd.read_csv(tables / "verify.csv")

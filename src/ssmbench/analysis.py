@@ -25,7 +25,14 @@ import pandas as pd
 # reached, so a naive loop is never set against a fused kernel.
 from ssmbench.registry import BACKEND_TIERS, PHASES, SSM_FAMILIES, STATUSES
 from ssmbench.select import cells_of, lines, smallest_batch
-from ssmbench.stats import HIERARCHICAL, WITHIN_PROCESS, decide, ratio_interval, widen
+from ssmbench.stats import (
+    HIERARCHICAL,
+    WITHIN_PROCESS,
+    decide,
+    ratio_interval,
+    replicated_unpaired_ratio,
+    widen,
+)
 from ssmbench.tables import KEYS, family_of, with_columns
 
 # the answer of a go/no-go row: which side of 1 the latency ratio's interval lies on
@@ -33,9 +40,12 @@ ANSWERS = {"above": "ssm faster", "below": "attention faster", "inconclusive": "
 # the kinds of a go/no-go row's interval: a paired cell's over its replicate processes
 # (hierarchical) or over one process's rounds (within-process); two separate cells'
 # samples, widened by the run's between-process spread where it has replicates to
-# measure it (separate cells, widened), else not (separate cells)
+# measure it (separate cells, widened), else not (separate cells); two separate cells
+# each measured in several processes, each side resampled over its own processes
+# (separate cells, replicated)
 SEPARATE, WIDENED = "separate cells", "separate cells, widened"
-INTERVAL_SOURCES = (HIERARCHICAL, WITHIN_PROCESS, WIDENED, SEPARATE)
+REPLICATED = "separate cells, replicated"
+INTERVAL_SOURCES = (HIERARCHICAL, WITHIN_PROCESS, REPLICATED, WIDENED, SEPARATE)
 PAIRED_SOURCES = (HIERARCHICAL, WITHIN_PROCESS)
 # the cells-table columns the ratios read (absent ones read as empty)
 _NUMERIC = ("time_ms_median", "flop", "energy_j")
@@ -72,30 +82,59 @@ GRAPH_PAIRS = (("torch", "torch-graph"), ("fused", "fused-graph"))  # (eager, gr
 GRAPH_TARGET = 3.0  # the CUDA-graph target: a replay at least 3x faster than the eager step
 
 
-def samples_by_cell(samples: pd.DataFrame | None) -> dict[tuple, np.ndarray]:
-    """The kept samples (ms) of each cell of a samples table, keyed by its KEYS values."""
+def samples_by_cell(samples: pd.DataFrame | None) -> dict[tuple, dict[int, np.ndarray]]:
+    """The kept samples (ms) of each cell of a samples table, keyed by its KEYS values,
+    per process: ``{replicate: samples}`` (replicate 0 alone for a one-process cell, and
+    in a table from before replicates)."""
     if samples is None or samples.empty:
         return {}
-    ordered = samples.sort_values([*KEYS, "sample"])
-    return {
-        tuple(key): group.time_ms.to_numpy(float)
-        for key, group in ordered.groupby(KEYS, sort=False)
-    }
+    if "replicate" not in samples:
+        samples = samples.assign(replicate=0)
+    ordered = samples.sort_values([*KEYS, "replicate", "sample"])
+    out: dict[tuple, dict[int, np.ndarray]] = {}
+    for (*key, replicate), group in ordered.groupby([*KEYS, "replicate"], sort=False):
+        out.setdefault(tuple(key), {})[int(replicate)] = group.time_ms.to_numpy(float)
+    return out
 
 
 def _key(row) -> tuple:
     return tuple(row[k] for k in KEYS)
 
 
-def _unpaired(a_row, b_row, samples: dict) -> tuple[float, float]:
-    """The unpaired 95% interval of a_row's median over b_row's (NaN without samples)."""
+def _replicate(row) -> int:
+    value = row.get("replicate", 0)
+    return 0 if pd.isna(value) else int(value)
+
+
+def _unpaired(a_row, b_row, samples: dict) -> tuple[float, float, bool]:
+    """:func:`unpaired_interval` of two cells-table rows (NaN without samples)."""
     if not samples:
-        return np.nan, np.nan
-    a, b = samples.get(_key(a_row)), samples.get(_key(b_row))
-    if a is None or b is None:
-        return np.nan, np.nan
-    _, low, high = ratio_interval(a, b, paired=False)
-    return low, high
+        return np.nan, np.nan, False
+    return unpaired_interval(
+        samples, _key(a_row), _key(b_row), _replicate(a_row), _replicate(b_row)
+    )
+
+
+def unpaired_interval(
+    samples: dict, a_key: tuple, b_key: tuple, a_replicate: int = 0, b_replicate: int = 0
+) -> tuple[float, float, bool]:
+    """The unpaired 95% interval of cell ``a_key``'s median over ``b_key``'s
+    (``samples``: :func:`samples_by_cell`), and whether it holds both cells' processes:
+    where each side was measured in two or more, each is resampled over its own processes
+    (``ssmbench.stats.replicated_unpaired_ratio``); else the interval is over the samples
+    of the process each side reports (``a_replicate``, ``b_replicate``: the cells table's
+    ``replicate``).  NaN without samples."""
+    a, b = samples.get(a_key), samples.get(b_key)
+    if not a or not b:
+        return np.nan, np.nan, False
+    if len(a) >= 2 and len(b) >= 2:
+        _, low, high = replicated_unpaired_ratio(list(a.values()), list(b.values()))
+        return low, high, True
+    a_samples, b_samples = a.get(a_replicate), b.get(b_replicate)
+    if a_samples is None or b_samples is None:
+        return np.nan, np.nan, False
+    _, low, high = ratio_interval(a_samples, b_samples, paired=False)
+    return low, high, False
 
 
 def _compute_dtype(row) -> str:
@@ -198,14 +237,18 @@ def go_no_go_table(
                     ssm_compute_dtype=pair.get("ssm_compute_dtype", "") or _compute_dtype(s),
                 )
             else:
-                low, high = _unpaired(a, s, by_cell)
+                low, high, replicated = _unpaired(a, s, by_cell)
                 sd = process_sd.get(phase, process_sd.get("*", np.nan))
-                if not np.isnan(low):
+                processes = 1
+                if replicated:
+                    row["interval"] = REPLICATED
+                    processes = min(len(by_cell[_key(a)]), len(by_cell[_key(s)]))
+                elif not np.isnan(low):
                     row["interval"] = SEPARATE
                     if np.isfinite(sd):
                         low, high = widen(row["latency_ratio"], low, high, sd)
                         row["interval"] = WIDENED
-                row.update(latency_lo=low, latency_hi=high, replicates=1)
+                row.update(latency_lo=low, latency_hi=high, replicates=processes)
             row["answer"] = ANSWERS.get(decide(row["latency_lo"], row["latency_hi"]), "")
             row["device_name"] = a.device_name or a.device
             energy_ok = s.energy_j and not pd.isna(s.energy_j) and not pd.isna(a.energy_j)
@@ -331,7 +374,7 @@ def speedups_table(cells: pd.DataFrame, samples: pd.DataFrame | None = None) -> 
                     reason=f"its {eager} twin " + ("was not planned" if e is None else e.reason),
                 )
             if row["status"] == "ok":
-                low, high = _unpaired(e, g, by_cell)
+                low, high, _ = _unpaired(e, g, by_cell)
                 row.update(
                     eager_ms=e.time_ms_median,
                     graph_ms=g.time_ms_median,
@@ -506,6 +549,7 @@ def _interval(row) -> str:
             WITHIN_PROCESS: "paired, within one process only",
             "paired": "paired, within one process only",  # tables from before replicates
             WIDENED: "separate cells, widened by the between-process spread",
+            REPLICATED: f"separate cells, {n} processes each",
         }.get(kind, "separate cells, within-process only")
         text += f" (95% CI {row.latency_lo:.2f}-{row.latency_hi:.2f}, {source})"
     return text
@@ -557,6 +601,31 @@ def replicate_sentences(table: pd.DataFrame) -> list[str]:
             "(no replicated pair measured the between-process spread in their phase)."
         )
     return sentences
+
+
+def headline_sentences(cells: pd.DataFrame) -> list[str]:
+    """What the replicated cells say: how many processes measured each, and how far their
+    medians disagree (max/min, and the cell where most), so a headline number's spread
+    across fresh processes is read beside it."""
+    if "time_interval" not in cells:
+        return []
+    replicated = cells[(cells.status == "ok") & (cells.time_interval == HIERARCHICAL)]
+    if replicated.empty:
+        return []
+    maxmin = pd.to_numeric(replicated.process_maxmin, errors="coerce")
+    text = (
+        f"{_count(len(replicated), 'headline cell')} measured in "
+        f"{_span(replicated.replicates_ok, '{:.0f}')} processes each (the cells table reports "
+        f"the median process, with a hierarchical interval of the median over processes); "
+        f"their processes' medians disagree by a factor of {_span(maxmin, '{:.2f}')} (max/min)"
+    )
+    if maxmin.notna().any():
+        worst = replicated.loc[maxmin.idxmax()]
+        text += (
+            f", most at {worst.model}/{worst.backend} {worst.phase} T = {int(worst.seq_len)}, "
+            f"batch {int(worst.batch)}"
+        )
+    return [text + "."]
 
 
 def _precision(rows: pd.DataFrame) -> str:
@@ -645,6 +714,7 @@ def verdict_rst(cells: pd.DataFrame, claims: pd.DataFrame, go_no_go: pd.DataFram
     points = [
         *go_no_go_sentences(go_no_go),
         *replicate_sentences(go_no_go),
+        *headline_sentences(cells),
         *fastest_sentences(cells),
         claims_sentence(claims),
     ]

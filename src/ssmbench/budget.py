@@ -294,6 +294,8 @@ def jobs(plan: Plan) -> list[Job]:
     for c in sorted(plan.cells, key=lambda c: (c not in plan.headline, c)):
         name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
         out.append(Job("bench", name, cell_seconds(plan, c, costs)))
+        for r in range(1, plan.cell_replicates_of(c)):  # a headline cell's other processes
+            out.append(Job("bench_replicate", f"{name}-r{r}", cell_seconds(plan, c, costs)))
     for c, r in plan.paired_jobs:
         name = f"{c.model}~attention/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
         out.append(Job("paired", f"{name}-r{r}", paired_seconds(plan, costs)))
@@ -328,11 +330,12 @@ def describe(plan: Plan) -> str:
         else f"{len(plan.lm.cells)} whole-model cells ({plan.lm.size} size), each at its "
         "sampling budget (ssmbench.budget.lm_jobs)"
     ]
-    lines.append(f"  {'rule':10s} {'jobs':>5s} {'estimated s':>12s}")
+    width = max(len(rule) for rule in count)
+    lines.append(f"  {'rule':{width}s} {'jobs':>5s} {'estimated s':>12s}")
     for rule in dict.fromkeys(j.rule for j in plan_jobs):
-        lines.append(f"  {rule:10s} {count[rule]:5d} {seconds[rule]:12.0f}")
+        lines.append(f"  {rule:{width}s} {count[rule]:5d} {seconds[rule]:12.0f}")
     total = sum(seconds.values())
-    lines.append(f"  {'total':10s} {len(plan_jobs):5d} {total:12.0f}  (~{total / 60:.1f} min)")
+    lines.append(f"  {'total':{width}s} {len(plan_jobs):5d} {total:12.0f}  (~{total / 60:.1f} min)")
     return "\n".join(lines)
 
 

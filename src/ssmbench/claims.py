@@ -190,7 +190,7 @@ def _interval(top: pd.Series, samples: dict | None) -> tuple[float, float]:
     two cells' samples)."""
     if not samples:
         return math.nan, math.nan
-    from ssmbench.stats import ratio_interval
+    from ssmbench.analysis import unpaired_interval
     from ssmbench.tables import KEYS
 
     def key(side):
@@ -198,10 +198,13 @@ def _interval(top: pd.Series, samples: dict | None) -> tuple[float, float]:
             top[k] if k in ("batch", "seq_len", "dtype") else top[f"{k}_{side}"] for k in KEYS
         )
 
-    a, b = samples.get(key("slow")), samples.get(key("fast"))
-    if a is None or b is None:
-        return math.nan, math.nan
-    _, low, high = ratio_interval(a, b, paired=False)
+    def replicate(side):
+        value = top.get(f"replicate_{side}", 0)
+        return 0 if pd.isna(value) else int(value)
+
+    low, high, _ = unpaired_interval(
+        samples, key("slow"), key("fast"), replicate("slow"), replicate("fast")
+    )
     return low, high
 
 

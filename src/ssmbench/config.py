@@ -282,6 +282,9 @@ class Plan:
     random_cache: frozenset[Cell] = field(default=frozenset())
     # the cells the run's answer rests on, scheduled first (preset key `headline`)
     headline: frozenset[Cell] = field(default=frozenset())
+    # how many separate processes (jobs) measure each headline cell (a headline
+    # selector's `replicates`); absent: 1
+    cell_replicates: dict[Cell, int] = field(default_factory=dict)
     # finish a stopped run from the records it left (config key `partial`: why it stopped,
     # budget, sigterm or failure; "" for a run that is not being finished)
     partial: str = ""
@@ -361,11 +364,26 @@ class Plan:
     def paired_job_set(self) -> frozenset[tuple[Cell, int]]:
         return frozenset(self.paired_jobs)
 
+    def cell_replicates_of(self, cell: Cell) -> int:
+        """How many processes measure the (headline) cell ``cell``."""
+        return self.cell_replicates.get(cell, 1)
+
+    @cached_property
+    def bench_jobs(self) -> tuple[tuple[Cell, int], ...]:
+        """Every bench job: (cell, replicate index 0..k-1); k is 1 but for headline cells
+        with replicates."""
+        return tuple((c, r) for c in self.cells for r in range(self.cell_replicates_of(c)))
+
+    @cached_property
+    def bench_job_set(self) -> frozenset[tuple[Cell, int]]:
+        return frozenset(self.bench_jobs)
+
     @cached_property
     def measure_rounds(self) -> int:
         """The rounds a run's measuring jobs are spread over: the most replicates of any
-        paired cell (1 without replicates)."""
-        return max((self.replicates(c) for c in self.paired), default=1)
+        paired or headline cell (1 without replicates)."""
+        counts = [*map(self.replicates, self.paired), *self.cell_replicates.values()]
+        return max(counts, default=1)
 
     @cached_property
     def bench_round(self) -> dict[Cell, int]:
@@ -376,7 +394,7 @@ class Plan:
         (``workflow/rules/common.smk``'s priorities)."""
         import random
 
-        rest = [c for c in self.cells if c not in self.headline]
+        rest = [c for c in self.cells if c not in self.headline]  # headline: replicate r in round r
         random.Random(self.seed).shuffle(rest)
         return {c: i % self.measure_rounds for i, c in enumerate(rest)}
 
@@ -525,14 +543,13 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         for c in expand_sweep(sweep)
         if c.phase == "decode"
     )
-    headline = frozenset(
-        c for c in cells if any(_selects(s, c) for s in preset.get("headline", ()))
-    )
+    headline, cell_replicates = _headline(name, preset.get("headline", ()), cells)
     for i, sweep in enumerate(sweeps):
         if "replicates" in sweep:
             raise ConfigError(
                 f"config key presets.{name}.sweeps[{i}].replicates: only a paired sweep "
-                f"(presets.{name}.paired.sweeps) measures its cells in replicate processes"
+                f"(presets.{name}.paired.sweeps) or a headline selector "
+                f"(presets.{name}.headline) measures its cells in replicate processes"
             )
     paired, paired_timing, paired_replicates = _paired(name, preset)
     random_cache |= frozenset(
@@ -592,6 +609,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         pairs=tuple(sorted(verified)),
         random_cache=random_cache,
         headline=headline,
+        cell_replicates=cell_replicates,
         partial=_stop_reason(config.get("partial", False)),
         paired=paired,
         paired_timing=paired_timing,
@@ -733,7 +751,27 @@ def _stop_reason(partial: bool | str) -> str:
     return partial or ""
 
 
-# a headline selector's keys -> the cell's axis they filter
+def _headline(name: str, selectors, cells: list[Cell]) -> tuple[frozenset[Cell], dict]:
+    """The headline cells of preset ``name`` (those one of its ``headline`` selectors
+    matches) and the replicates of each with more than one (a selector's ``replicates``;
+    a cell two selectors match takes the larger).  A selector that matches no cell is
+    refused: it would mark nothing, and say nothing of it."""
+    replicates: dict[Cell, int] = {}
+    for i, selector in enumerate(selectors):
+        chosen = [c for c in cells if _selects(selector, c)]
+        if not chosen:
+            axes = {k: v for k, v in selector.items() if k in _SELECTOR_AXES}
+            raise ConfigError(
+                f"config key presets.{name}.headline[{i}]: selects no cell of the preset's "
+                f"sweeps ({axes}); a headline cell must be one the preset measures"
+            )
+        for c in chosen:
+            replicates[c] = max(replicates.get(c, 1), selector.get("replicates", 1))
+    headline = frozenset(replicates)
+    return headline, {c: k for c, k in replicates.items() if k > 1}
+
+
+# a headline selector's keys -> the cell's axis they filter (`replicates` is not an axis)
 _SELECTOR_AXES = {
     "models": "model",
     "backends": "backend",
@@ -747,7 +785,11 @@ _SELECTOR_AXES = {
 def _selects(selector: dict, cell: Cell) -> bool:
     """Whether ``cell`` matches every axis that ``selector`` (a preset's headline entry)
     names."""
-    return all(getattr(cell, _SELECTOR_AXES[key]) in values for key, values in selector.items())
+    return all(
+        getattr(cell, _SELECTOR_AXES[key]) in values
+        for key, values in selector.items()
+        if key in _SELECTOR_AXES
+    )
 
 
 def _check_figure(preset: str, spec: FigureSpec, cells: list[Cell]) -> None:

@@ -38,19 +38,28 @@ def unfinished_records(
     device: str,
     stopped: str = "budget",
 ) -> list[CellRecord]:
-    """A record for each planned cell whose record path is not among ``finished``;
-    ``stopped`` is why the run stopped (a key of :data:`NOT_REACHED`)."""
+    """A record for each planned bench job whose record path is not among ``finished``;
+    ``stopped`` is why the run stopped (a key of :data:`NOT_REACHED`).  ``planned`` holds
+    (cell, replicate) pairs (a replicated headline cell's processes), or bare cells
+    (replicate 0)."""
+    jobs = _jobs(planned)
     return _unfinished(
         CellRecord,
         paths.cell_record,
         paths.bench_log,
         run,
-        planned,
+        [c for c, _ in jobs],
         finished,
         size,
         device,
         stopped,
+        replicates=[r for _, r in jobs],
     )
+
+
+def _jobs(planned) -> list[tuple[Cell, int]]:
+    """(cell, replicate) for each planned job, a bare cell being replicate 0."""
+    return [job if isinstance(job, tuple) and len(job) == 2 else (job, 0) for job in planned]
 
 
 def unfinished_paired(
@@ -66,7 +75,7 @@ def unfinished_paired(
     side, replicate) pairs, or bare cells (replicate 0)."""
     from ssmbench.paired import PairedRecord
 
-    jobs = [job if isinstance(job, tuple) and len(job) == 2 else (job, 0) for job in planned]
+    jobs = _jobs(planned)
     return _unfinished(
         lambda replicate, **kw: PairedRecord(**kw, replicate=replicate),
         paths.paired_record,

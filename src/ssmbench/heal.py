@@ -157,7 +157,7 @@ def planned_outputs(plan) -> list[tuple[str, Check]]:
     outputs += [(paths.verify_record(run, m, b), _verify) for m, b in plan.pairs]
     if plan.device == "cuda":
         outputs += [(paths.prewarm(run, *key), _prewarm) for key in prewarm_groups(plan.cells)]
-    outputs += [(paths.cell_record(run, c), _cell) for c in plan.cells]
+    outputs += [(paths.cell_record(run, c, r), _cell) for c, r in plan.bench_jobs]
     outputs += [
         (paths.paired_record(run, c, r), _paired) for c, r in getattr(plan, "paired_jobs", ())
     ]

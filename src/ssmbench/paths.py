@@ -11,15 +11,19 @@ import string
 
 PRECOLLECTED = "results/precollected"
 
+_AXES = "{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}"
 VERIFY = "results/{run}/verify/{model}/{backend}.json"
-CELL = "results/{run}/cells/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.json"
-PROFILE = "results/{run}/profile/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}"
+CELL = "results/{run}/cells/" + _AXES + ".json"
+# a headline cell measured in k processes (a headline selector's `replicates`): the first
+# is CELL, replicates r = 1..k-1 beside it
+CELL_REPLICATE = "results/{run}/cells/" + _AXES + "-r{replicate}.json"
+PROFILE = "results/{run}/profile/" + _AXES
 OPS = PROFILE + ".ops.csv"
 TRACE = PROFILE + ".trace.json.gz"
-BENCH_LOG = "logs/{run}/bench/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log"
+BENCH_LOG = "logs/{run}/bench/" + _AXES + ".log"
+BENCH_LOG_REPLICATE = "logs/{run}/bench/" + _AXES + "-r{replicate}.log"
 # a paired cell (ssmbench.paired): its SSM side's axes; attention is the other side; one
 # record per replicate process r = 0..k-1 (preset key paired.replicates)
-_AXES = "{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}"
 PAIRED = "results/{run}/paired/" + _AXES + "-r{replicate}.json"
 PAIRED_LOG = "logs/{run}/paired/" + _AXES + "-r{replicate}.log"
 DEVICE = "results/{run}/device.json"
@@ -73,8 +77,11 @@ def verify_record(run: str, model: str, backend: str) -> str:
     return VERIFY.format(run=run, model=model, backend=backend)
 
 
-def cell_record(run: str, cell) -> str:
-    """``cell`` is anything with the cell's axes as attributes (``ssmbench.config.Cell``)."""
+def cell_record(run: str, cell, replicate: int = 0) -> str:
+    """``cell`` is anything with the cell's axes as attributes (``ssmbench.config.Cell``);
+    ``replicate`` r >= 1 is the record of its (r+1)-th process (CELL_REPLICATE)."""
+    if replicate:
+        return _cell_path(CELL_REPLICATE, run, cell, replicate=replicate)
     return _cell_path(CELL, run, cell)
 
 
@@ -100,8 +107,11 @@ def paired_log(run: str, cell, replicate: int = 0) -> str:
     return _cell_path(PAIRED_LOG, run, cell, replicate=replicate)
 
 
-def bench_log(run: str, cell) -> str:
-    """The log of a cell's bench job: it exists once the job has started."""
+def bench_log(run: str, cell, replicate: int = 0) -> str:
+    """The log of a cell's bench job (of its replicate ``replicate``): it exists once the
+    job has started."""
+    if replicate:
+        return _cell_path(BENCH_LOG_REPLICATE, run, cell, replicate=replicate)
     return _cell_path(BENCH_LOG, run, cell)
 
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from ssmbench import budget
 from ssmbench.config import Cell, Plan
 
-CELL_RULES = ("bench", "paired", "lm_bench", "task_train")  # the jobs that make a cell
+# the jobs that make a cell (or one process of a replicated one)
+CELL_RULES = ("bench", "bench_replicate", "paired", "lm_bench", "task_train")
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def tracked_jobs(plan: Plan, jobs: Iterable) -> list[Tracked]:
     tracked = []
     for job in jobs:
         rule = job.rule.name
-        if rule == "bench":
+        if rule in ("bench", "bench_replicate"):
             w = job.wildcards
             cell = Cell(w.model, w.backend, w.phase, int(w.batch), int(w.seq_len),
                         int(w.d_state), w.dtype)  # fmt: skip

@@ -21,7 +21,7 @@ from ssmbench.config import REPO
 from ssmbench.registry import STATUSES  # noqa: F401  (read from here by tables and paired)
 
 SCHEMA = REPO / "workflow" / "schemas" / "record.schema.json"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: replicate, replicates (headline cells in several processes)
 
 
 @dataclass
@@ -52,6 +52,10 @@ class CellRecord:
     probe_after_ms: float | None = None
     loaded: str = ""
     seed: int = 0
+    # a headline cell measured in `replicates` processes: this record is process
+    # `replicate` (0..replicates-1); the cells table keeps the median one (ssmbench.tables)
+    replicate: int = 0
+    replicates: int = 1
     # timing: every sample kept, in milliseconds
     samples_ms: list[float] = field(default_factory=list)
     warmup: int = 0

@@ -26,6 +26,11 @@ with replacement, then the rounds of each drawn process as pairs (scipy's paired
 percentile bootstrap, as above), and take the percentiles of the resampled medians.
 With k = 1 it is the process's own paired interval, kind ``within-process``.
 
+A headline cell measured in k processes (a headline selector's ``replicates``) is
+reported at its median process, with the same two-stage interval of the median of its
+processes' medians (:func:`replicated_median`); two such cells' ratio, each side resampled
+on its own, is :func:`replicated_unpaired_ratio`.
+
 Fixed seed: the same samples give the same interval.  Imports numpy and scipy, never torch.
 """
 
@@ -151,13 +156,99 @@ def replicated_ratio(
     ratios = np.array([ratio_of_medians(a, b) for a, b in usable])
     rng = np.random.default_rng(seed)
     within = np.stack([paired_distribution(a, b, n_resamples, rng) for a, b in usable])
-    k = len(usable)
-    process = rng.integers(k, size=(n_resamples, k))  # stage 1: the processes
-    draw = rng.integers(n_resamples, size=(n_resamples, k))  # stage 2: a resample of each
-    medians = np.median(within[process, draw], axis=1)
+    medians = _hierarchical(within, n_resamples, rng)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
     return float(np.median(ratios)), float(low), float(high), HIERARCHICAL
+
+
+def median_distribution(
+    samples: Sequence[float], n_resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``n_resamples`` medians of one process's samples resampled with replacement
+    (``scipy.stats.bootstrap``'s distribution); one sample, or samples without spread,
+    give their median ``n_resamples`` times."""
+    from scipy import stats
+
+    x = np.asarray(samples, dtype=float)
+    if x.size < 2 or np.ptp(x) == 0:
+        return np.full(n_resamples, float(np.median(x)))
+    result = stats.bootstrap(
+        (x,),
+        np.median,
+        n_resamples=n_resamples,
+        vectorized=True,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        **_seed_of(rng),
+    )
+    return np.asarray(result.bootstrap_distribution, dtype=float)
+
+
+def _hierarchical(within: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """The two-stage resample (module docstring) of k processes' bootstrap distributions
+    ``within`` ``(k, n_resamples)``: each draw picks k processes with replacement and one
+    resample of each, and keeps their median -> ``(n_resamples,)``."""
+    k = within.shape[0]
+    process = rng.integers(k, size=(n_resamples, k))  # stage 1: the processes
+    draw = rng.integers(within.shape[1], size=(n_resamples, k))  # stage 2: a resample of each
+    return np.median(within[process, draw], axis=1)
+
+
+def _usable(processes: Sequence[Sequence[float]]) -> list[np.ndarray]:
+    return [np.asarray(p, dtype=float) for p in processes if len(p)]
+
+
+def replicated_median(
+    processes: Sequence[Sequence[float]],
+    confidence: float = CONFIDENCE,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float, float, str]:
+    """(median, lo, hi, kind) of a cell measured in several processes (``processes``:
+    each one's samples): the median of the processes' medians and its two-stage bootstrap
+    interval (processes with replacement, then each drawn process's samples), kind
+    ``hierarchical``.  Fewer than two processes with samples give NaN and kind ``""``:
+    one process's interval holds none of the process-to-process noise this one is for."""
+    usable = _usable(processes)
+    if len(usable) < 2:
+        return float("nan"), float("nan"), float("nan"), ""
+    rng = np.random.default_rng(seed)
+    within = np.stack([median_distribution(x, n_resamples, rng) for x in usable])
+    medians = _hierarchical(within, n_resamples, rng)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    estimate = float(np.median([np.median(x) for x in usable]))
+    return estimate, float(low), float(high), HIERARCHICAL
+
+
+def replicated_unpaired_ratio(
+    a: Sequence[Sequence[float]],
+    b: Sequence[Sequence[float]],
+    confidence: float = CONFIDENCE,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float, float]:
+    """(ratio, lo, hi) of two separate cells each measured in several processes (``a``,
+    ``b``: each process's samples): the ratio of their medians of process medians, and
+    its interval from each side's two-stage resample (:func:`replicated_median`) drawn on
+    its own, as the cells were measured apart.  NaN unless both sides have two or more
+    processes with samples."""
+    a_usable, b_usable = _usable(a), _usable(b)
+    if len(a_usable) < 2 or len(b_usable) < 2:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    sides = []
+    for usable in (a_usable, b_usable):
+        within = np.stack([median_distribution(x, n_resamples, rng) for x in usable])
+        sides.append(_hierarchical(within, n_resamples, rng))
+    a_median = np.median([np.median(x) for x in a_usable])
+    b_median = np.median([np.median(x) for x in b_usable])
+    if b_median == 0 or (sides[1] == 0).any():
+        return float("nan"), float("nan"), float("nan")
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(sides[0] / sides[1], [tail, 100 - tail])
+    return float(a_median / b_median), float(low), float(high)
 
 
 def between_spread(estimates: Sequence[float]) -> tuple[float, float]:

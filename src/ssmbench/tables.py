@@ -52,6 +52,21 @@ def with_columns(table: pd.DataFrame, numeric=(), text=()) -> pd.DataFrame:
 NOT_TABULAR = ("size", "samples_ms", "verify", "started", "ended", "schema_version")
 CELL_COLUMNS = [f.name for f in fields(CellRecord) if f.name not in NOT_TABULAR]
 SIZE_COLUMNS = ["d_model", "n_layers", "n_heads", "head_dim", "expand", "d_conv", "chunk"]
+# A headline cell measured in several processes (records.CellRecord.replicate) is one row:
+# its median process's record (``replicate`` names it), with how many processes were ok,
+# their medians (";"-joined, replicate order), how far they disagree (max/min and the
+# coefficient of variation), and the 95% interval of the median of their medians
+# (ssmbench.stats.replicated_median; kind "hierarchical"); empty for a one-process cell.
+REPLICATE_COLUMNS = [
+    "replicates_ok",
+    "process_medians_ms",
+    "process_maxmin",
+    "process_cv",
+    "time_ms_lo",
+    "time_ms_hi",
+    "time_interval",
+]
+REPLICATE_TEXT = ("process_medians_ms", "time_interval")
 _TYPES = {f.name: f.type for f in fields(CellRecord)}
 # every cells table has these; columns added later may be absent from older tables
 # (results/precollected, imported runs) and read as empty (with_columns)
@@ -109,6 +124,18 @@ CELLS_SCHEMA = pa.DataFrameSchema(
         # the family that colours a model in every figure: the model itself for our runs,
         # e.g. "mamba2" for SSM-Scope's "mamba2-780m" (ssmbench.importers.ssm_scope)
         "family": pa.Column(str, nullable=True, coerce=True),
+        # a replicated cell's processes together (REPLICATE_COLUMNS); absent in older tables
+        "replicates_ok": pa.Column(
+            pd.Int64Dtype(), pa.Check.ge(0), nullable=True, required=False, coerce=True
+        ),
+        "process_medians_ms": pa.Column(str, nullable=True, required=False, coerce=True),
+        **{
+            c: pa.Column(float, _nonneg, nullable=True, required=False, coerce=True)
+            for c in ("process_maxmin", "process_cv", "time_ms_lo", "time_ms_hi")
+        },
+        "time_interval": pa.Column(
+            str, pa.Check.isin(["", "hierarchical"]), nullable=True, required=False, coerce=True
+        ),
     },
     checks=[
         # an ok cell has timings, and its P95 is never below its median
@@ -123,13 +150,15 @@ CELLS_SCHEMA = pa.DataFrameSchema(
     strict=True,
 )
 
+SAMPLES_COLUMNS = KEYS + ["replicate", "sample", "time_ms"]
 SAMPLES_SCHEMA = pa.DataFrameSchema(
     {
         **{k: CELLS_SCHEMA.columns[k] for k in KEYS},
+        "replicate": pa.Column(int, pa.Check.ge(0), coerce=True),
         "sample": pa.Column(int, pa.Check.ge(0), coerce=True),
         "time_ms": pa.Column(float, pa.Check.ge(0), coerce=True),
     },
-    unique=KEYS + ["sample"],
+    unique=KEYS + ["replicate", "sample"],
     strict=True,
 )
 
@@ -460,27 +489,97 @@ VERIFY_SCHEMA = pa.DataFrameSchema(
 
 
 def cells_table(records: Iterable[CellRecord]) -> pd.DataFrame:
-    rows = []
+    """One row per cell (KEYS): a cell's record, or a replicated cell's processes
+    together (:func:`_replicated_row`)."""
+    groups: dict[tuple, list[CellRecord]] = {}
     for r in records:
-        d = r.to_dict()
-        row = {c: d[c] for c in CELL_COLUMNS}
-        row["loaded"] = judged_load(r)
-        row.update({c: d["size"][c] for c in SIZE_COLUMNS})
-        row["family"] = d["model"]
+        groups.setdefault(tuple(getattr(r, k) for k in KEYS), []).append(r)
+    rows = []
+    for key, group in groups.items():
+        group = sorted(group, key=lambda r: r.replicate)
+        replicates = [r.replicate for r in group]
+        if len(set(replicates)) < len(replicates):
+            raise ValueError(
+                f"cell {dict(zip(KEYS, key, strict=True))}: two records of one process "
+                f"(replicates {replicates}); each process of a cell has one record"
+            )
+        if len(group) == 1:
+            row = _cell_row(group[0])
+            row["replicates_ok"] = 1 if group[0].status == "ok" else 0
+        else:
+            row = _replicated_row(group)
         rows.append(row)
-    df = pd.DataFrame(rows, columns=CELL_COLUMNS + SIZE_COLUMNS + ["family"])
+    columns = CELL_COLUMNS + SIZE_COLUMNS + ["family"] + REPLICATE_COLUMNS
+    df = pd.DataFrame(rows, columns=columns)
+    for col in REPLICATE_TEXT:
+        df[col] = df[col].astype(object).fillna("").astype(str)
     df = df.sort_values(KEYS, ignore_index=True)
     return CELLS_SCHEMA.validate(df)
 
 
+def _cell_row(record: CellRecord) -> dict:
+    d = record.to_dict()
+    row = {c: d[c] for c in CELL_COLUMNS}
+    row["loaded"] = judged_load(record)
+    row.update({c: d["size"][c] for c in SIZE_COLUMNS})
+    row["family"] = d["model"]
+    return row
+
+
+def _replicated_row(group: list[CellRecord]) -> dict:
+    """A cell measured in several processes as one row: the record of its median process
+    (the lower of the two middle ones for an even count, so the row is one real process:
+    its memory, energy and utilization belong to the time it reports), with
+    REPLICATE_COLUMNS; ``reason`` also names the processes that are not ok, ``loaded``
+    each process its load witnesses flagged.  No ok process: the first record's row."""
+    import numpy as np
+
+    from ssmbench import stats
+
+    ok = [r for r in group if r.status == "ok" and r.time_ms_median is not None]
+    by_time = sorted(ok, key=lambda r: r.time_ms_median)
+    chosen = by_time[(len(by_time) - 1) // 2] if ok else group[0]
+    row = _cell_row(chosen)
+    row["replicates"] = max(r.replicates for r in group)
+    row["replicates_ok"] = len(ok)
+    others = "; ".join(
+        f"r{r.replicate} {r.status}: {(r.reason or '').partition(chr(10))[0]}"
+        for r in group
+        if r not in ok
+    )
+    if others and chosen in ok:
+        row["reason"] = f"other processes: {others}"
+    loaded = [(r.replicate, judged_load(r)) for r in group]
+    row["loaded"] = "; ".join(f"r{i}: {why}" for i, why in loaded if why)
+    medians = [r.time_ms_median for r in ok]
+    row["process_medians_ms"] = ";".join(f"{m:.6g}" for m in medians)
+    row["process_maxmin"], row["process_cv"] = stats.between_spread(medians)
+    _, lo, hi, kind = stats.replicated_median([r.samples_ms for r in ok])
+    finite = bool(np.isfinite(lo) and np.isfinite(hi))
+    row.update(time_ms_lo=lo if finite else None, time_ms_hi=hi if finite else None)
+    row["time_interval"] = kind
+    return row
+
+
 def samples_table(records: Iterable[CellRecord]) -> pd.DataFrame:
+    """One row per timing sample of every record, a replicated cell's processes each by
+    its ``replicate``."""
     rows = [
-        {**{k: getattr(r, k) for k in KEYS}, "sample": i, "time_ms": t}
+        {**{k: getattr(r, k) for k in KEYS}, "replicate": r.replicate, "sample": i, "time_ms": t}
         for r in records
         for i, t in enumerate(r.samples_ms)
     ]
-    df = pd.DataFrame(rows, columns=KEYS + ["sample", "time_ms"])
-    return SAMPLES_SCHEMA.validate(df.sort_values(KEYS + ["sample"], ignore_index=True))
+    df = pd.DataFrame(rows, columns=SAMPLES_COLUMNS)
+    return SAMPLES_SCHEMA.validate(df.sort_values(SAMPLES_COLUMNS[:-1], ignore_index=True))
+
+
+def read_samples(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a samples table and check it, naming the file on failure; one from before
+    replicates reads as replicate 0 of every cell."""
+    df = pd.read_parquet(path)
+    if "replicate" not in df:
+        df.insert(len(KEYS), "replicate", 0)
+    return _checked(df[SAMPLES_COLUMNS], SAMPLES_SCHEMA, path, "samples table")
 
 
 def verify_table(run: str, verify_records: Iterable[dict]) -> pd.DataFrame:
@@ -516,7 +615,7 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
     if path.suffix == ".parquet":
         df = pd.read_parquet(path)
     else:
-        df = _read_text_csv(path, (*TEXT_COLUMNS, "family"))
+        df = _read_text_csv(path, (*TEXT_COLUMNS, "family", *REPLICATE_TEXT))
     return _checked(df, CELLS_SCHEMA, path, "cells table")
 
 

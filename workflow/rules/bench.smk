@@ -21,8 +21,20 @@ rule bench:
         timing=vars(PLAN.timing),
         seed=PLAN.seed,
         cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
+        replicate=cell_replicate,
+        replicates=cell_replicates,
     script:
         "../../scripts/bench.py"
+
+
+# The later processes of a headline cell measured in several (a headline selector's
+# `replicates`): the same job, its record beside the first's
+use rule bench as bench_replicate with:
+    output:
+        record=paths.CELL_REPLICATE,
+        prov=paths.prov(paths.CELL_REPLICATE),
+    log:
+        paths.BENCH_LOG_REPLICATE,
 
 
 rule profile:

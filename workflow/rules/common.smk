@@ -1,4 +1,5 @@
 # Validation, the resolved plan, wildcard constraints and input functions.
+import functools
 import math
 import os
 import sys
@@ -114,15 +115,20 @@ def live_run(run):
 
 
 def planned_cell(wildcards):
-    cell = Cell(
+    return _planned_cell(
         wildcards.model,
         wildcards.backend,
         wildcards.phase,
-        int(wildcards.batch),
-        int(wildcards.seq_len),
-        int(wildcards.d_state),
+        wildcards.batch,
+        wildcards.seq_len,
+        wildcards.d_state,
         wildcards.dtype,
     )
+
+
+@functools.cache  # several input functions and params of one job ask for its cell
+def _planned_cell(model, backend, phase, batch, seq_len, d_state, dtype):
+    cell = Cell(model, backend, phase, int(batch), int(seq_len), int(d_state), dtype)
     if cell not in PLAN.cell_set:  # a set: this runs once or more per job
         raise ValueError(f"{cell} is not in preset {PLAN.preset!r}")
     return cell
@@ -130,6 +136,23 @@ def planned_cell(wildcards):
 
 def cell_params(wildcards):
     return vars(planned_cell(wildcards))
+
+
+def cell_replicate(wildcards):
+    """Which process of a headline cell measured in several this job is (rule
+    bench_replicate; 0 for rule bench)."""
+    cell = planned_cell(wildcards)
+    replicate = int(getattr(wildcards, "replicate", 0))
+    if (cell, replicate) not in PLAN.bench_job_set:
+        raise ValueError(
+            f"{cell} has {PLAN.cell_replicates_of(cell)} replicates in preset "
+            f"{PLAN.preset!r}, not a replicate {replicate} (they count from 0)"
+        )
+    return replicate
+
+
+def cell_replicates(wildcards):
+    return PLAN.cell_replicates_of(planned_cell(wildcards))
 
 
 def cache_source(wildcards):
@@ -247,6 +270,9 @@ ROUND_STEP = max(
 
 def bench_priority(wildcards):
     cell = planned_cell(wildcards)
+    replicate = cell_replicate(wildcards)
+    if replicate:  # a headline cell's later processes: with the paired replicates r
+        return PRIORITY["paired"] - 2 * replicate * ROUND_STEP
     if cell in PLAN.headline:
         return PRIORITY["bench"][0]
     if PLAN.measure_rounds == 1:
@@ -270,8 +296,10 @@ def finished(files):
 
 
 def run_cells(wildcards):
+    """Every bench job's record: each cell's, and a replicated headline cell's other
+    processes'."""
     run = live_run(wildcards.run)
-    return finished([paths.cell_record(run, c) for c in PLAN.cells])
+    return finished([paths.cell_record(run, c, r) for c, r in PLAN.bench_jobs])
 
 
 def run_paired(wildcards):
@@ -308,9 +336,11 @@ def run_sidecars(wildcards):
 
 
 def planned_cells(wildcards):
-    """Every cell of the plan, for ``partial=True``: those without a finished record
-    become not_run (or failed) rows."""
-    return [vars(c) for c in PLAN.cells] if PLAN.partial else []
+    """Every bench job of the plan (cell and replicate), for ``partial=True``: those
+    without a finished record become not_run (or failed) rows."""
+    if not PLAN.partial:
+        return []
+    return [{"cell": vars(c), "replicate": r} for c, r in PLAN.bench_jobs]
 
 
 def planned_paired(wildcards):
