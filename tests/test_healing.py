@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from ssmbench import config as sbconfig
-from ssmbench import heal, paths, records
+from ssmbench import heal, paths, records, runlock
 from ssmbench.config import Cell
 from ssmbench.lm.matrix import LMMatrix
 from ssmbench.provenance import vouched, write_sidecars
@@ -233,8 +233,8 @@ def test_a_command_that_runs_no_job_reports_and_moves_nothing(finished, argv):
 def test_nothing_is_moved_while_another_snakemake_holds_the_lock(finished):
     path = paths.cell_record("ci", finished[0])
     Path(path).write_text("{")
-    heal.SNAKEMAKE_LOCKS.mkdir(parents=True)
-    (heal.SNAKEMAKE_LOCKS / "0.input.lock").write_text("")
+    runlock.SNAKEMAKE_LOCKS.mkdir(parents=True)
+    (runlock.SNAKEMAKE_LOCKS / "0.input.lock").write_text("")
     bad, _ = heal_quietly()
     assert bad == [path] and os.path.exists(path)
 

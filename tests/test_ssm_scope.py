@@ -21,8 +21,15 @@ import pytest
 
 from ssmbench import claims, figures, tables
 from ssmbench.figures.style import FAMILY_COLORS
-from ssmbench.importers import SSMScopeFormatError, import_ssm_scope, write_runs
-from ssmbench.importers.ssm_scope import CATEGORY_FILES, MIB, RUNS, cells_schema
+from ssmbench.importers.ssm_scope import (
+    CATEGORY_FILES,
+    MIB,
+    RUNS,
+    SSMScopeFormatError,
+    cells_schema,
+    import_ssm_scope,
+    write_runs,
+)
 from tests.conftest import ANCHORS, NOTEBOOKS, draw_notebook
 
 REAL = Path(os.environ.get("SSM_SCOPE_DIR") or ANCHORS / "ssm-scope")

@@ -42,10 +42,12 @@ def aggregate(
     ``paired_extra`` records (the rows of cells and paired cells a stopped run left
     unmeasured, ssmbench.finish) join them.  ``tasks_path``: the run's tasks.csv, which
     the task claims read (a run without tasks has none)."""
-    records = [read_record(p) for p in cell_paths] + list(extra)
+    cell_paths, extra = list(cell_paths), list(extra)
+    records = [read_record(p) for p in cell_paths] + extra
     paired = [read_paired(p) for p in paired_paths] + list(paired_extra)
     verify_records = [read_verify(p) for p in verify_paths]
-    cells = cells_table(records)
+    sources = cell_paths + [f"(a not_run row of {r.model}/{r.backend})" for r in extra]
+    cells = cells_table(records, sources)
     samples = samples_table(records)
     return {
         "cells": cells,

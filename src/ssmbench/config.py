@@ -7,6 +7,7 @@ This module imports no torch: the workflow parses it on machines without one.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -35,6 +36,7 @@ from ssmbench.tasks.matrix import matrix as task_matrix
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 CONFIG = REPO / "config" / "config.yaml"
+CONFIG_FILE = "config/config.yaml"  # the workflow's, relative to its working directory
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -406,11 +408,91 @@ class Plan:
 
 
 def load(path: str | os.PathLike = CONFIG, overrides: dict | None = None) -> dict:
-    """Read the YAML config and apply ``--config``-style overrides (top-level keys)."""
-    with open(path) as f:
-        config = yaml.safe_load(f)
+    """Read the YAML config (:func:`read_config_file`) and apply ``--config``-style
+    overrides (top-level keys)."""
+    config = read_config_file(path)
     config.update(overrides or {})
     return config
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key that appears twice in one mapping (YAML says a
+    key is unique; PyYAML keeps the last value without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise ConfigError(
+                    f"line {key_node.start_mark.line + 1}: key {key!r} appears twice in one "
+                    f"mapping (first at line {seen[key] + 1}); the second would silently win"
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_config_file(path: str | os.PathLike) -> dict:
+    """A config file's mapping, or :class:`ConfigError` naming the file: YAML it cannot
+    parse, a key twice in one mapping (with its line), or a top level that is not a
+    mapping of keys (a list, a scalar, an empty file)."""
+    try:
+        with open(path) as f:
+            data = yaml.load(f, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+    except ConfigError as error:
+        raise ConfigError(f"config file {path}, {error}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        what = "empty" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(
+            f"config file {path}: is {what}, not a mapping of config keys (preset, presets, "
+            "figures, ...)"
+        )
+    return data
+
+
+def from_command_line(config: dict, entries) -> dict:
+    """``config`` with the values of ``--config`` typed as they were meant.
+
+    Snakemake parses a top-level value as an int, a float or a bool, but a mapping or a
+    list through YAML's base loader, whose leaves are all strings: ``presets={ci: {timing:
+    {max_time_s: 3.0}}}`` gives ``'3.0'``.  Each such leaf in ``entries`` (Snakemake's
+    parsed ``--config``) is read again as YAML reads it in a file (3.0 a float, true a
+    bool, null None; anything else stays text).  And a run or preset name typed as digits
+    (``run=123``) is the name "123", as the README allows; a name that Snakemake read as
+    a float (``run=1.5``) is refused with how to write it.
+    """
+    config = dict(config)
+    for key, value in (entries or {}).items():
+        if isinstance(value, (dict, list)):
+            config[key] = _typed_like(config.get(key), value)
+    for key in ("run", "preset"):
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            config[key] = str(value)
+        elif isinstance(value, float):
+            raise ConfigError(
+                f"config key {key}: {value} is a number, and a {key} name is text: quote it "
+                f"(--config {key}=\"'{value}'\") or use letters"
+            )
+    return config
+
+
+def _typed_like(merged, given):
+    """``merged`` (the config after Snakemake merged ``given`` into it) with each string
+    leaf that ``given`` holds read again as YAML reads it; the rest as it is."""
+    if isinstance(given, dict) and isinstance(merged, dict):
+        return {k: _typed_like(v, given[k]) if k in given else v for k, v in merged.items()}
+    if isinstance(given, list) and isinstance(merged, list) and len(given) == len(merged):
+        return [_typed_like(m, g) for m, g in zip(merged, given, strict=True)]
+    if isinstance(given, str) and merged == given:
+        try:
+            value = yaml.safe_load(given)
+        except yaml.YAMLError:
+            return merged
+        return value if value is None or isinstance(value, (bool, int, float)) else merged
+    return merged
 
 
 def _key(path) -> str:
@@ -445,11 +527,11 @@ def _message(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-def _not_finite(node, path=()) -> list[str]:
-    """The keys under ``node`` whose value is NaN or infinite (YAML's .nan, .inf): the
-    schema's bounds let them through (every comparison with NaN is false)."""
+def _not_finite(node, path=()) -> list[tuple[tuple, str]]:
+    """(path, message) of each value under ``node`` that is NaN or infinite (YAML's .nan,
+    .inf): the schema's bounds let them through (every comparison with NaN is false)."""
     if isinstance(node, float) and not math.isfinite(node):
-        return [f"  config key {_key(path)}: {node} is not a finite number"]
+        return [(tuple(path), f"{node} is not a finite number")]
     if isinstance(node, dict):
         return [e for k, v in node.items() for e in _not_finite(v, (*path, k))]
     if isinstance(node, list):
@@ -460,14 +542,27 @@ def _not_finite(node, path=()) -> list[str]:
 def validate(config: dict) -> None:
     """Check ``config`` against the JSON schema (integers strictly, every number finite);
     raise :class:`ConfigError` naming each bad key and its value."""
-    with open(SCHEMA) as f:
-        schema = yaml.safe_load(f)
-    validator = _Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    lines = [f"  config key {_key(e.absolute_path)}: {_message(e)}" for e in errors]
-    lines += _not_finite(config)
+    lines = [
+        f"  config key {_key(path)}: {message}" for path, message in schema_errors(SCHEMA, config)
+    ]
     if lines:
         raise ConfigError("invalid config:\n" + "\n".join(lines))
+
+
+def schema_errors(schema_path: Path, instance) -> list[tuple[tuple, str]]:
+    """(path, message) of every place where ``instance`` breaks the YAML schema at
+    ``schema_path``, judged as :func:`validate` judges a config (integers strictly, every
+    number finite), sorted by path."""
+    validator = _Validator(_schema(str(schema_path)))
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
+    found = [(tuple(e.absolute_path), _message(e)) for e in errors]
+    return found + _not_finite(instance)
+
+
+@functools.cache
+def _schema(path: str) -> dict:
+    with open(path) as f:
+        return yaml.safe_load(f)
 
 
 def cuda_available() -> bool:
@@ -733,13 +828,22 @@ def _run_name(config: dict, preset_name: str, preset: dict) -> str:
 
 def _ssm_scope_clone(path: str | None) -> str | None:
     """Config key ``import_ssm_scope``: None, or a folder that exists (a clone of
-    sapmitra/SSM-Scope), relative to the working directory."""
+    sapmitra/SSM-Scope), relative to the working directory, holding the files an import
+    reads (``ssmbench.importers.layout.required_files``)."""
+    from ssmbench.importers.layout import required_files
+
     if path is None:
         return None
     if not path or not Path(path).is_dir():
         raise ConfigError(
             f"config key import_ssm_scope: {path!r} is not a folder (a clone of "
             "sapmitra/SSM-Scope is meant)"
+        )
+    missing = [f for f in required_files() if not (Path(path) / f).is_file()]
+    if missing:
+        raise ConfigError(
+            f"config key import_ssm_scope: {path!r} is not a clone of sapmitra/SSM-Scope: "
+            f"it has no {', '.join(missing)}"
         )
     return path
 

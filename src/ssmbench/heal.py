@@ -46,6 +46,7 @@ from ssmbench.records import (
     LM_VERIFY_KEYS,
     PREWARM_KEYS,
     RecordError,
+    inconsistency,
     parse_json,
     require_keys,
     valid_record_fast,
@@ -55,7 +56,6 @@ from ssmbench.records import (
 
 CORRUPT_SUFFIX = ".corrupt"
 LISTED = 20  # missing outputs named one by one
-SNAKEMAKE_LOCKS = Path(".snakemake") / "locks"
 
 # Snakemake commands and flags that run no job: the plan is read, nothing may be moved
 NO_JOB_FLAGS = frozenset(
@@ -86,7 +86,7 @@ def runs_jobs(argv: Iterable[str]) -> bool:
 
 def _cell(blob: bytes, path: str) -> None:
     data = parse_json(blob, path)
-    if not valid_record_fast(data):
+    if not valid_record_fast(data) or inconsistency(data):
         validate_record(data, path)
 
 
@@ -264,7 +264,7 @@ def stand_in(path: str) -> None:
 def another_run() -> bool:
     """Whether another Snakemake may be running in this checkout: Snakemake's own locks are
     there, or ``ssmbench.runlock``'s lock names a live process (or one on another host)."""
-    if SNAKEMAKE_LOCKS.is_dir() and any(SNAKEMAKE_LOCKS.iterdir()):
+    if runlock.SNAKEMAKE_LOCKS.is_dir() and any(runlock.SNAKEMAKE_LOCKS.iterdir()):
         return True
     try:
         holder = runlock.read()

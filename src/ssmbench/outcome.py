@@ -174,3 +174,107 @@ def saving(run: str, what: str):
         mark_stopped(run, reason)
         print(f"ssm-bench: the run stops: {reason}", file=sys.__stderr__)
         raise RunStopped(f"the run stops: {reason}") from error
+
+
+# --- a results folder the run cannot write ---
+
+
+def check_writable(folders) -> None:
+    """Before any job: raise :class:`RunStopped` naming the first of ``folders`` (results,
+    logs) that this run could not write: a read-only file system, no permission, or a file
+    where the folder should be.  A folder that does not exist yet is judged by the one it
+    would be made in (nothing is created here: a refused run writes nothing)."""
+    for folder in folders:
+        path = Path(folder)
+        if path.exists() and not path.is_dir():
+            raise RunStopped(f"{folder}: is a file, where the run keeps a folder of its outputs")
+        target = path if path.exists() else _existing_parent(path)
+        if os.access(target, os.W_OK | os.X_OK):
+            continue
+        why = "a read-only file system" if _read_only(target) else "no permission to write"
+        where = f"{folder}/" if target == path else f"{target}/ (where {folder}/ would be made)"
+        raise RunStopped(
+            f"{where} cannot be written: {why}.  A run writes its records and tables under "
+            "results/<run>/ and its logs under logs/<run>/: make it writable, or run in a "
+            "checkout where it is (source=precollected draws shipped runs and writes only "
+            "figures/)"
+        )
+
+
+def _existing_parent(path: Path) -> Path:
+    return next(p for p in path.absolute().parents if p.exists())
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+# --- a failed job never costs the previous tables ---
+
+# The tables of the run as it started, hard links kept beside Snakemake's own state: a job
+# that fails loses its outputs (Snakemake deletes them before it runs and again after it
+# fails), so a table the run could not make again comes back from here.
+KEPT = Path(".snakemake") / "ssmbench-kept-tables"
+
+
+def _tables(run: str) -> Path:
+    """results/<run>/tables/"""
+    return Path(paths.table(run, "cells.csv")).parent
+
+
+def keep_tables(plan, log=None) -> None:
+    """At a live run's start (``onstart``): keep its tables and their sidecars (hard
+    links, or copies where links fail), after restoring any that a killed run, whose hooks
+    never ran, left kept."""
+    if plan.source != "live":
+        return
+    restore_tables(plan, log)
+    tables = _tables(plan.run)
+    if not tables.is_dir():
+        return
+    kept = KEPT / plan.run
+    for path in sorted(p for p in tables.rglob("*") if p.is_file()):
+        _link(path, kept / path.relative_to(tables))
+
+
+def restore_tables(plan, log=None) -> list[str]:
+    """After a failed run (``onerror``): every kept table or sidecar that the run no
+    longer has goes back in place, so a table that a failed job could not make again is
+    the previous run's (its sidecar still says which records it came from), not gone.
+    Returns the restored files, and says so on ``log``."""
+    kept = KEPT / plan.run
+    if not kept.is_dir():
+        return []
+    tables = _tables(plan.run)
+    restored = []
+    for path in sorted(p for p in kept.rglob("*") if p.is_file()):
+        target = tables / path.relative_to(kept)
+        if not target.exists():
+            _link(path, target)
+            restored.append(str(target))
+    shutil.rmtree(kept, ignore_errors=True)
+    shown = [p for p in restored if not p.endswith(paths.PROV_SUFFIX)]
+    if shown:
+        print(
+            f"ssm-bench: {len(shown)} tables could not be made again and are the previous "
+            f"run's (their sidecars name the records they were made from): "
+            f"{', '.join(Path(p).name for p in shown)} in {tables}",
+            file=log or sys.stderr,
+        )
+    return restored
+
+
+def drop_kept_tables(plan) -> None:
+    """After a run that succeeded (``onsuccess``): its tables are whole; the kept ones go."""
+    shutil.rmtree(KEPT / plan.run, ignore_errors=True)
+
+
+def _link(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

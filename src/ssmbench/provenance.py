@@ -234,8 +234,22 @@ def _recorded(path: Path, sidecar: Path) -> str | None:
     if not isinstance(outputs, dict):
         raise ValueError("no outputs")
     if data.get("output") in outputs:
+        if not names(data["output"], path):
+            raise ValueError(f"it names another file as its output: {data['output']}")
         return outputs[data["output"]]
     return {str(Path(p).resolve()): d for p, d in outputs.items()}.get(str(path.resolve()))
+
+
+def names(output: str, path: Path) -> bool:
+    """Whether a sidecar's ``output`` is ``path``: the same file, or its shipped copy (a
+    run's ``results/<run>/<rel>`` kept as ``<precollected>/<run>/<rel>``: the run and the
+    path inside it must match)."""
+    out = Path(output)
+    if out.resolve() == path.resolve():
+        return True
+    if len(out.parts) >= 3 and out.parts[0] == "results":
+        return path.absolute().as_posix().endswith("/" + Path(*out.parts[1:]).as_posix())
+    return False
 
 
 def _sidecar_mismatch(path: Path, found: str | None = None) -> Mismatch | None:
@@ -324,6 +338,11 @@ def read_manifest(manifest: str | os.PathLike) -> dict[str, str]:
         digest, sep, rel = line.partition("  ")
         if not (sep and rel and re.fullmatch(r"[0-9a-f]{64}", digest)):
             raise ValueError(f"{manifest}:{n}: not '<sha256>  <path>': {line!r}")
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ValueError(
+                f"{manifest}:{n}: path {rel!r} leaves the run folder (a manifest lists the "
+                "run's own files, by their paths inside it)"
+            )
         listed[rel] = digest
     return listed
 

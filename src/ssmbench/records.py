@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
@@ -153,7 +154,32 @@ def parse_json(text: bytes | str, path: str | os.PathLike) -> dict:
         raise RecordError(f"{path}: not valid JSON: byte {e.start} is not UTF-8") from None
     if not isinstance(data, dict):
         raise RecordError(f"{path}: not a JSON object but a {type(data).__name__}")
+    bad = non_finite(data)
+    if bad:
+        where, value = bad[0]
+        raise RecordError(
+            f"{path}: field {where}: {value} is not a finite number (a record holds "
+            "finite numbers, or null where a number is missing)"
+        )
     return data
+
+
+def non_finite(node, where: str = "") -> list[tuple[str, float]]:
+    """(field, value) of every NaN or infinite number under ``node``: JSON has no such
+    numbers, but Python's json reads ``NaN`` and ``Infinity`` (an edited record, or one
+    written by a writer less strict than ours, which refuses them: ``write_json_atomic``),
+    and every schema bound lets NaN through (each comparison with it is false)."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return [(where or "<top level>", node)]
+    if isinstance(node, dict):
+        return [
+            bad
+            for k, v in node.items()
+            for bad in non_finite(v, f"{where}.{k}" if where else str(k))
+        ]
+    if isinstance(node, list):
+        return [bad for i, v in enumerate(node) for bad in non_finite(v, f"{where}[{i}]")]
+    return []
 
 
 def require_keys(data: dict, keys, path: str | os.PathLike, what: str) -> None:
@@ -218,8 +244,28 @@ def check_schema(validator, data: dict, path: str | os.PathLike) -> None:
 
 
 def validate_record(data: dict, path: str | os.PathLike = "<record>") -> None:
-    """Raise ``ValueError`` naming the file and the field when ``data`` breaks the schema."""
+    """Raise ``ValueError`` naming the file and the field when ``data`` breaks the schema
+    or the rules across its fields (:func:`inconsistency`)."""
     check_schema(_validator(), data, path)
+    why = inconsistency(data)
+    if why:
+        raise RecordError(f"{path}: {why}")
+
+
+def inconsistency(data: dict) -> str | None:
+    """What a schema-valid cell record says that cannot be (the cells table's own checks,
+    so a record the table would refuse is refused, and named, where it is read): an ok
+    cell without its median time, a P95 below the median, a cell that is not ok without
+    a reason.  None when it is consistent."""
+    status, median, p95 = data.get("status"), data.get("time_ms_median"), data.get("time_ms_p95")
+    if status == "ok" and (median is None or p95 is None):
+        field = "time_ms_median" if median is None else "time_ms_p95"
+        return f"field {field}: missing, and an ok cell has its median and P95 times"
+    if status == "ok" and p95 < median:
+        return f"field time_ms_p95: {p95} is below the median, {median}"
+    if status != "ok" and not data.get("reason"):
+        return f"field reason: empty, and a cell that is {status} says why"
+    return None
 
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
@@ -253,7 +299,7 @@ def write_record(path: str | os.PathLike, record: CellRecord) -> None:
 def read_record(path: str | os.PathLike) -> CellRecord:
     """A cell record, checked against the schema; any fault names the file and the field."""
     data = read_json(path)
-    if not valid_record_fast(data):
+    if not valid_record_fast(data) or inconsistency(data):
         validate_record(data, path)
     return CellRecord.from_dict(data)
 

@@ -16,7 +16,9 @@ folder, the other run's locks with it.  So the workflow holds a lock of its own:
 A second run is refused with the holder named.  A lock whose holder has gone (killed,
 or a power loss) is stale.  On the same host that is provable: no process has the pid, or
 the process that has it started at another time (the pid was reused); such a lock is
-cleared, with a note naming the run that left it.  A lock taken on another host (a
+cleared, with a note naming the run that left it, and so are the locks Snakemake took for
+that run (which would otherwise refuse every run until ``snakemake --unlock``), while the
+Snakefile is parsed, before Snakemake looks at them.  A lock taken on another host (a
 checkout on a shared disk) cannot be checked from here: the run is refused, with the
 command that clears the lock once that run is known to be over.
 """
@@ -34,12 +36,9 @@ from datetime import datetime
 from pathlib import Path
 
 LOCK = Path(".snakemake") / "ssmbench.lock"
-# a killed run leaves Snakemake's own lock too (this workflow reads --cores when parsed,
-# so --unlock needs it as well)
-UNLOCK_HINT = (
-    "If Snakemake says the directory cannot be locked, its own lock is stale too: "
-    "`snakemake --cores 1 --unlock` clears it."
-)
+# Snakemake's own locks of the files one invocation writes: a killed run leaves them, and
+# Snakemake then refuses every run until `snakemake --unlock`
+SNAKEMAKE_LOCKS = Path(".snakemake") / "locks"
 
 
 class RunLocked(RuntimeError):
@@ -178,11 +177,28 @@ def note_if_held(root: str | os.PathLike = ".") -> None:
             file=sys.stderr,
         )
     elif state is False:
-        print(
-            f"ssm-bench: {holder.describe()} was stopped without ending (killed, or the "
-            f"machine went down); the next run clears its lock.  {UNLOCK_HINT}",
-            file=sys.stderr,
-        )
+        # the run that held this checkout is gone (killed, or the machine went down): the
+        # locks Snakemake took for it are stale too, and no other real run can hold any
+        # (it would hold ours), so both go before Snakemake looks at its own
+        _clear_stale(root, holder)
+        cleared = clear_snakemake_locks(root)
+        if cleared:
+            print(
+                f"ssm-bench: cleared Snakemake's own locks ({cleared} files in "
+                f"{Path(root, SNAKEMAKE_LOCKS)}), which the stopped run left",
+                file=sys.stderr,
+            )
+
+
+def clear_snakemake_locks(root: str | os.PathLike = ".") -> int:
+    """Remove Snakemake's lock files of this checkout (what ``--unlock`` removes); how
+    many.  Only for a run proven stopped: a live run's locks keep its files its own."""
+    folder = Path(root, SNAKEMAKE_LOCKS)
+    count = 0
+    for lock in folder.glob("*.lock") if folder.is_dir() else ():
+        lock.unlink(missing_ok=True)
+        count += 1
+    return count
 
 
 def _create(path: Path, me: Holder) -> bool:
@@ -210,7 +226,7 @@ def _clear_stale(root: str | os.PathLike, holder: Holder) -> None:
         return
     print(
         f"ssm-bench: cleared a stale run lock: {holder.describe()} is no longer running "
-        f"(killed, or the machine went down) and left {path}.  {UNLOCK_HINT}",
+        f"(killed, or the machine went down) and left {path}",
         file=sys.stderr,
     )
 

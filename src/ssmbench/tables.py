@@ -488,13 +488,19 @@ VERIFY_SCHEMA = pa.DataFrameSchema(
 )
 
 
-def cells_table(records: Iterable[CellRecord]) -> pd.DataFrame:
+def cells_table(
+    records: Iterable[CellRecord], sources: Iterable[str] | None = None
+) -> pd.DataFrame:
     """One row per cell (KEYS): a cell's record, or a replicated cell's processes
-    together (:func:`_replicated_row`)."""
+    together (:func:`_replicated_row`).  ``sources``, the records' files in the same
+    order: a row the schema refuses is named by its file (a ValueError), not only by its
+    place in the table."""
+    records = list(records)
+    origin = {id(r): str(s) for r, s in zip(records, sources, strict=True)} if sources else {}
     groups: dict[tuple, list[CellRecord]] = {}
     for r in records:
         groups.setdefault(tuple(getattr(r, k) for k in KEYS), []).append(r)
-    rows = []
+    rows, named = [], []
     for key, group in groups.items():
         group = sorted(group, key=lambda r: r.replicate)
         replicates = [r.replicate for r in group]
@@ -509,12 +515,33 @@ def cells_table(records: Iterable[CellRecord]) -> pd.DataFrame:
         else:
             row = _replicated_row(group)
         rows.append(row)
+        named.append(", ".join(origin.get(id(r), "") for r in group if id(r) in origin))
     columns = CELL_COLUMNS + SIZE_COLUMNS + ["family"] + REPLICATE_COLUMNS
     df = pd.DataFrame(rows, columns=columns)
     for col in REPLICATE_TEXT:
         df[col] = df[col].astype(object).fillna("").astype(str)
+    if origin:
+        _name_refused_rows(df, named)
     df = df.sort_values(KEYS, ignore_index=True)
     return CELLS_SCHEMA.validate(df)
+
+
+def _name_refused_rows(df: pd.DataFrame, named: list[str]) -> None:
+    """Raise a ValueError naming the file, the column and the check of every row of
+    ``df`` (in its records' order, ``named[i]`` the files of row i) that the cells schema
+    refuses; nothing when it refuses none (the table's own checks then run as usual)."""
+    try:
+        CELLS_SCHEMA.validate(df, lazy=True)
+    except pa.errors.SchemaErrors as errors:
+        cases = errors.failure_cases
+        lines = []
+        for case in cases.itertuples():
+            row = case.index
+            where = named[int(row)] if pd.notna(row) and int(row) < len(named) else "the table"
+            column = case.column if isinstance(case.column, str) else "<row>"
+            lines.append(f"{where}: field {column}: {case.check} fails ({case.failure_case!r})")
+        message = "records the cells table refuses:\n" + "\n".join(dict.fromkeys(lines))
+        raise ValueError(message) from None
 
 
 def _cell_row(record: CellRecord) -> dict:

@@ -5,31 +5,40 @@ import os
 import sys
 from pathlib import Path
 
-# The package is used from src/, so the Snakefile needs it not installed (jobs do the same
-# through scripts/_src.py).
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-
-from ssmbench import heal, outcome, paths  # noqa: E402
+from ssmbench import heal, outcome, paths, runlock  # noqa: E402
 from ssmbench.config import (  # noqa: E402
     Cell,
     RUN_TABLES,
     ConfigError,
     LMCell,
+    from_command_line,
     plan,
     precollected_runs,
+    read_config_file,
     shipped_figures,
     verified_backend,
     visible_gpus,
 )
+from ssmbench.importers.layout import RUNS as SSM_SCOPE_RUNS  # noqa: E402
 from ssmbench.prewarm import PREWARM_BACKENDS, prewarm_groups  # noqa: E402
 from ssmbench.provenance import vouched  # noqa: E402
 from ssmbench.tasks.matrix import TaskCell  # noqa: E402
 
+# Every config file read strictly (the --configfile ones too: a key twice is refused),
+# the values --config nests typed as YAML types them, then the one gate: plan().
 try:
-    PLAN = plan(config)
-except ConfigError as error:
+    for path in workflow.configfiles:
+        read_config_file(path)
+    PLAN = plan(from_command_line(config, workflow.config_settings.config))
+    if PLAN.source == "live":
+        outcome.check_writable(["results", "logs"])
+except (ConfigError, outcome.RunStopped) as error:
     sys.exit(f"ssm-bench: {error}")
 
+# One run at a time in this checkout (ssmbench.runlock): what the lock says, before
+# Snakemake's own lock speaks; a run proven stopped (killed) leaves both locks, cleared here.
+if workflow.is_main_process:
+    runlock.note_if_held()
 # bad records (unparseable, schema-invalid, not what their sidecar vouches for) are moved
 # aside before Snakemake plans, so their jobs rerun (ssmbench.heal)
 heal.heal_plan(PLAN, main_process=workflow.is_main_process)
@@ -37,9 +46,7 @@ RUN = PLAN.run
 SIZE = vars(PLAN.size) if PLAN.size else {}  # the blocks' size (none in a preset of lm)
 # Runs made from another study's published data (--config import_ssm_scope=<clone>), and
 # the figures their data can draw.
-IMPORTED_RUNS = (
-    ["ssm-scope-rtx4090", "ssm-scope-jetson"] if PLAN.import_ssm_scope else []
-)
+IMPORTED_RUNS = list(SSM_SCOPE_RUNS) if PLAN.import_ssm_scope else []
 IMPORTED_FIGURES = [
     "memory_footprint",
     "throughput",
@@ -406,7 +413,7 @@ def imported_figure_table(wildcards):
     if wildcards.run not in IMPORTED_RUNS:
         raise ValueError(
             f"run {wildcards.run!r} is not imported; import_ssm_scope=<clone> imports "
-            "ssm-scope-rtx4090 and ssm-scope-jetson"
+            f"{' and '.join(SSM_SCOPE_RUNS)}"
         )
     name = f"{figure_spec(wildcards).table}.csv"
     return paths.imported_table(wildcards.run, name)

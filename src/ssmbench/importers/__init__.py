@@ -7,8 +7,7 @@ measure and never import torch.
 
 - :mod:`ssmbench.importers.ssm_scope`: sapmitra/SSM-Scope (ISPASS 2026), runs
   ``ssm-scope-rtx4090`` and ``ssm-scope-jetson``.
+
+Importing the package imports nothing heavy: :mod:`ssmbench.importers.layout` (where the
+files lie) is read when the workflow is planned; the readers load pandas when used.
 """
-
-from ssmbench.importers.ssm_scope import SSMScopeFormatError, import_ssm_scope, write_runs
-
-__all__ = ["SSMScopeFormatError", "import_ssm_scope", "write_runs"]

@@ -123,6 +123,7 @@ import pandas as pd
 import pandera.pandas as pa
 
 from ssmbench import claims
+from ssmbench.importers.layout import RUNS, Run  # noqa: F401  (read from here by the tests)
 from ssmbench.tables import (
     CELL_COLUMNS,
     CELLS_SCHEMA,
@@ -137,31 +138,6 @@ MIB = 2**20  # their "MB": bytes / 1024**2
 US_PER_MS = 1e3
 TIME_BASIS = "cuda_device"
 BATCH = 1  # every generation and profile run: one prompt (gen_random_prompt, batch_size 1)
-
-
-@dataclass(frozen=True)
-class Run:
-    """Where one run's files lie under the clone's root, and the hardware it ran on."""
-
-    device_name: str
-    profiles: str
-    memory: str
-    generation: str | None = None
-
-
-RUNS = {
-    "ssm-scope-rtx4090": Run(
-        device_name="NVIDIA GeForce RTX 4090",
-        profiles="profile_data",
-        memory="ispass_ae/notebooks/memory_footprints.csv",
-        generation="ispass_ae/notebooks/generation_times.csv",
-    ),
-    "ssm-scope-jetson": Run(
-        device_name="NVIDIA Jetson Orin Nano (8 GB)",
-        profiles="profile_data_jetson",
-        memory="ispass_ae/notebooks/memory_footprints_jetson.csv",
-    ),
-}
 
 
 @dataclass(frozen=True)

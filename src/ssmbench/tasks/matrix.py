@@ -19,6 +19,7 @@ from ssmbench import registry
 from ssmbench.errors import ConfigError
 
 TASKS_YAML = Path(__file__).resolve().parents[3] / "config" / "tasks.yaml"
+TASK_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "task.schema.yaml"
 TASK_KEYS = ("kind", "metric", "chance", "data", "train", "models")
 
 
@@ -134,6 +135,9 @@ def matrix(preset_name: str, preset: dict, path=TASKS_YAML) -> TaskMatrix | None
                     f"config key {where}.families: {task} has no model for {family!r} "
                     f"in {path.name}"
                 )
+        check_spec(task, spec, budget.get(task, {}), f"{where}.budget.{task}", path)
+        for family in cfg["families"]:
+            _check_model(task, family, spec, budget.get(task, {}), f"{where}.budget.{task}", path)
         specs[task] = spec
         cuts[task] = "; ".join(describe_cut(known[task], spec))
     if len(set(cfg["seeds"])) != len(cfg["seeds"]):
@@ -159,3 +163,55 @@ def matrix(preset_name: str, preset: dict, path=TASKS_YAML) -> TaskMatrix | None
         imdb_dir=cfg.get("imdb_dir", "data/imdb"),
         threads=cfg.get("threads", 1),
     )
+
+
+def check_spec(task: str, spec: dict, budget: dict, where: str, path=TASKS_YAML) -> None:
+    """Refuse a task's resolved settings that a job would fail on: each value against
+    workflow/schemas/task.schema.yaml (type, range, known values), then each synthetic
+    split's parameters by its generator on one row (the rules across keys).  The
+    message names the budget's key where the budget set the value, else the tasks.yaml
+    entry."""
+    from ssmbench.config import schema_errors
+
+    errors = schema_errors(TASK_SCHEMA, spec)
+    if errors:
+        at, message = errors[0]
+        raise ConfigError(f"{_origin(task, at, budget, where, path)}: {message}")
+    if task == "imdb":  # read from files, checked by the schema only
+        return
+    from ssmbench.tasks.data import make
+
+    data = spec["data"]
+    splits = {("train",): data["train"], **{("evals", k): v for k, v in data["evals"].items()}}
+    for split, params in splits.items():
+        params = dict(params)
+        params.pop("n", None)  # one row: the rest of the parameters are what is checked
+        try:
+            make(task, split[-1], 1, seed=data["seed"], **params)
+        except (ValueError, TypeError) as error:
+            at = ("data", *split)
+            raise ConfigError(f"{_origin(task, at, budget, where, path)}: {error}") from None
+
+
+def _check_model(task, family, spec, budget, where, path) -> None:
+    """The family's model entry sizes a model (``ssmbench.tasks.sizes.task_size``)."""
+    from ssmbench.tasks.sizes import task_size
+
+    try:
+        task_size(family, spec["models"][family])
+    except ValueError as error:
+        at = ("models", family)
+        raise ConfigError(f"{_origin(task, at, budget, where, path)}: {error}") from None
+
+
+def _origin(task: str, at: tuple, budget: dict, where: str, path) -> str:
+    """Where a value at ``at`` in a task's resolved settings was written: the preset's
+    budget key (``config key ...``) when the budget holds a leaf at or under it, else
+    the tasks.yaml entry."""
+    node = budget
+    for part in at:
+        if not isinstance(node, dict) or part not in node:
+            dotted = ".".join(map(str, at)) if at else "<top level>"
+            return f"{Path(path).name}: tasks.{task}.{dotted}"
+        node = node[part]
+    return "config key " + ".".join([where, *map(str, at)])
