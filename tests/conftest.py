@@ -165,7 +165,7 @@ def paired_record(model, ratio, n=30, noise=0.02, seed=0, **kw):
         d_state=16,
         dtype="fp32",
         device="cpu",
-        size={},
+        size=RECORD_SIZE,
         n_rounds=n,
         attention_samples_ms=list(attention),
         ssm_samples_ms=list(ssm),

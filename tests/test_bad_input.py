@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from snakemake.cli import parse_config
+from snakemake.utils import update_config
 
 from ssmbench import config as sbconfig
 from ssmbench.scripting import copy_workflow
@@ -40,8 +41,13 @@ class Bad:
     cli: tuple[str, ...] = ()
 
     def merged(self) -> dict:
-        """The config Snakemake hands the Snakefile: the file's, then ``--config``'s keys."""
-        return {**self.config, **parse_config(list(self.cli))}
+        """The config the Snakefile hands plan(): the file's with ``--config``'s entries
+        merged in (as Snakemake merges them), their nested values typed as the workflow
+        types them (``ssmbench.config.from_command_line``)."""
+        entries = parse_config(list(self.cli))
+        merged = copy.deepcopy(self.config)
+        update_config(merged, entries)
+        return sbconfig.from_command_line(merged, entries)
 
 
 CASES = {}
@@ -407,6 +413,106 @@ def precollected_dir_without_runs():
     return with_cli("precollected_dir", "results/none", "'results/none'", ("source=precollected",))
 
 
+@case
+def ssm_scope_clone_that_is_not_one():
+    bad = with_cli("import_ssm_scope", "docs")  # a folder, in the copy and here
+    return Bad(bad.config, bad.key, "'docs' is not a clone of sapmitra/SSM-Scope", bad.cli)
+
+
+# -- keys that select nothing, names typed as numbers -------------------------------------
+
+
+@case
+def headline_selector_that_selects_nothing():
+    c = base()
+    ci(c)["headline"] = [{"models": ["mamba2"], "seq_len": [4096]}]
+    return Bad(c, "presets.ci.headline[0]", "selects no cell")
+
+
+@case
+def run_as_a_float_on_the_command_line():
+    return with_cli("run", "1.5", "1.5 is a number, and a run name is text")
+
+
+@case
+def nested_command_line_number_out_of_range():
+    """A number nested in --config keeps its type (so its range is what is judged)."""
+    return Bad(
+        base(),
+        "presets.ci.timing.max_time_s",
+        "-3.0 is less than or equal to the minimum of 0",
+        ("presets={ci: {timing: {max_time_s: -3.0}}}",),
+    )
+
+
+# -- the task budgets: checked before any job, not inside one ------------------------------
+
+
+def with_task_budget(task: str, where: str, value) -> Bad:
+    """tasks-ci's budget for ``task`` with ``where`` (dotted, under the task) set to
+    ``value``."""
+    c = base()
+    c["preset"] = "tasks-ci"
+    node = c["presets"]["tasks-ci"]["tasks"]["budget"][task]
+    *parents, leaf = where.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    return Bad(c, f"presets.tasks-ci.tasks.budget.{task}.{where}", repr(value))
+
+
+@case
+def task_epochs_negative():
+    return with_task_budget("parity", "train.epochs", -1)
+
+
+@case
+def task_epochs_fractional():
+    return with_task_budget("parity", "train.epochs", 1.5)
+
+
+@case
+def task_epochs_as_text():
+    return with_task_budget("parity", "train.epochs", "3")
+
+
+@case
+def task_learning_rate_zero():
+    return with_task_budget("parity", "train.lr", 0)
+
+
+@case
+def task_scheduler_unknown():
+    return with_task_budget("parity", "train.scheduler", "step")
+
+
+@case
+def task_warmup_over_the_whole_run():
+    return with_task_budget("parity", "train.warmup_frac", 2)
+
+
+@case
+def task_batch_size_zero():
+    return with_task_budget("parity", "train.batch_size", 0)
+
+
+@case
+def task_no_training_sequences():
+    return with_task_budget("parity", "data.train.n", 0)
+
+
+@case
+def task_pairs_that_do_not_fit_the_sequence():
+    bad = with_task_budget("selective_copy", "data.train.max_pairs", 9)
+    return Bad(bad.config, "presets.tasks-ci.tasks.budget.selective_copy.data.train", "max_pairs=9")
+
+
+@case
+def task_model_whose_heads_do_not_divide():
+    bad = with_task_budget("parity", "models.mamba2.headdim", 12)
+    return Bad(bad.config, "presets.tasks-ci.tasks.budget.parity.models.mamba2", "headdim 12")
+
+
 IDS = list(CASES)
 
 
@@ -490,3 +596,128 @@ def test_the_workflow_refuses_before_any_job_and_writes_nothing(refusals, name):
     assert run.after == run.before
     assert not (run.workflow / "figures").exists() and not (run.workflow / "logs").exists()
     assert list((run.workflow / "results").iterdir()) == []
+
+
+# -- values that mean what they say: accepted, with their type ----------------------------
+
+
+def test_a_number_nested_in_the_command_line_keeps_its_type(tmp_path):
+    bad = Bad(base(), "", "", ("presets={ci: {timing: {max_time_s: 3.0, warmup: 2}}}",))
+    p = sbconfig.plan(bad.merged(), cuda=False)
+    assert p.timing.max_time_s == 3.0 and p.timing.warmup == 2
+    assert p.timing.min_samples == 3  # the rest of the preset is the file's
+
+
+def test_a_run_named_by_digits_is_that_name():
+    assert sbconfig.plan(with_cli("run", "123").merged(), cuda=False).run == "123"
+    assert sbconfig.plan({**base(), "run": "1.5"}, cuda=False).run == "1.5"  # a file's text
+
+
+@pytest.mark.slow
+def test_the_workflow_takes_typed_command_line_values(tmp_path):
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    nested = "presets={ci: {timing: {max_time_s: 3.0}}}"
+    out = snakemake(wf, "-n", "--config", "preset=ci", "run=123", nested, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "results/123/tables/cells.csv" in out.stdout
+
+
+# -- config files: a key twice, a file that is no mapping ---------------------------------
+
+
+def test_a_config_file_with_a_key_twice_is_refused_naming_the_key_and_its_lines(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("preset: ci\nseed: 1\npresets: {}\nseed: 2\n")
+    with pytest.raises(sbconfig.ConfigError) as info:
+        sbconfig.read_config_file(path)
+    assert str(info.value) == (
+        f"config file {path}, line 4: key 'seed' appears twice in one mapping (first at line "
+        "2); the second would silently win"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "what"), [("- ci\n- cpu\n", "a list"), ("", "empty"), ("ci\n", "a str")]
+)
+def test_a_config_file_that_is_not_a_mapping_is_refused_naming_the_file(tmp_path, text, what):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(sbconfig.ConfigError, match=rf"^config file {path}: is {what}, not a"):
+        sbconfig.read_config_file(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["config/config.yaml", "--configfile"])
+def test_the_workflow_refuses_a_config_file_with_a_key_twice(tmp_path, where):
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    extra = tmp_path / "extra.yaml"
+    if where == "--configfile":
+        extra.write_text("seed: 1\nseed: 2\n")
+        args = ("--configfile", str(extra))
+    else:
+        config = wf / "config" / "config.yaml"
+        config.write_text(config.read_text() + "seed: 7\n")
+        args = ()
+    before = tree(wf)
+    out = snakemake(wf, *args, "--config", "preset=ci", timeout=120)
+    assert out.returncode != 0
+    shown = where if where != "--configfile" else str(extra)
+    assert f"ssm-bench: config file {shown}, line " in out.stderr
+    assert "key 'seed' appears twice" in out.stderr and "Traceback" not in out.stderr
+    assert tree(wf) == before
+
+
+@pytest.mark.slow
+def test_the_workflow_refuses_a_config_file_that_is_a_list(tmp_path):
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    (wf / "config" / "config.yaml").write_text("- preset\n- ci\n")
+    out = snakemake(wf, timeout=120)
+    assert out.returncode != 0
+    assert "ssm-bench: config file config/config.yaml: is a list, not a mapping" in out.stderr
+
+
+# -- folders the run cannot write ----------------------------------------------------------
+
+
+def read_only_mount(folder: Path):
+    """Mount an empty read-only tmpfs on ``folder`` (root only); the unmount to call."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a read-only file system needs root (CI runs as root)")
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(folder)])
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs on {folder} here")
+    return lambda: subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_an_unwritable_results_folder_is_refused_in_a_sentence(tmp_path, monkeypatch):
+    from ssmbench import outcome
+
+    monkeypatch.chdir(tmp_path)
+    unmount = read_only_mount(tmp_path / "results")
+    try:
+        with pytest.raises(outcome.RunStopped) as info:
+            outcome.check_writable(["results", "logs"])
+    finally:
+        unmount()
+    assert str(info.value).startswith("results/ cannot be written: a read-only file system.")
+    (tmp_path / "results").rmdir()
+    (tmp_path / "results").write_text("a file")
+    with pytest.raises(outcome.RunStopped, match="^results: is a file, where the run keeps"):
+        outcome.check_writable(["results"])
+    outcome.check_writable(["logs"])  # missing, in a folder that can be written: fine
+
+
+@pytest.mark.slow
+def test_the_workflow_refuses_a_read_only_results_folder_before_any_job(tmp_path):
+    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    unmount = read_only_mount(wf / "results")
+    try:
+        out = snakemake(wf, "--config", "preset=ci", timeout=120)
+    finally:
+        unmount()
+    assert out.returncode != 0
+    assert "ssm-bench: results/ cannot be written: a read-only file system." in out.stderr
+    assert "Traceback" not in out.stderr and not (wf / "logs").exists()

@@ -4,6 +4,7 @@ profile is capped like a cell; a record that cannot be saved stops the run."""
 from __future__ import annotations
 
 import errno
+import io
 import json
 import time
 from pathlib import Path
@@ -116,6 +117,69 @@ def test_an_unreadable_record_counts_as_a_failure_naming_its_file(tmp_path, monk
     Path(path).write_text('{"status": ')
     outcome.at_end(plan_of(CELLS[:2]), succeeded=False)
     assert f"unreadable: {path}: not valid JSON" in capsys.readouterr().err
+
+
+def test_a_record_with_nan_counts_as_unreadable_not_ok(tmp_path, monkeypatch, capsys):
+    """What the summary counts is what the tables can use: a record its reader refuses
+    (here a NaN median, its sidecar aside) is not an ok cell."""
+    monkeypatch.chdir(tmp_path)
+    save(CELLS[0], "ok")
+    save(CELLS[1], "ok")
+    path = Path(paths.cell_record("r", CELLS[1]))
+    path.write_text(path.read_text().replace('"time_ms_median": 1.0', '"time_ms_median": NaN'))
+    outcome.at_end(plan_of(CELLS[:2]), succeeded=False)
+    err = capsys.readouterr().err
+    assert "2 cells: ok 1, unreadable 1" in err
+    assert f"unreadable: {path}: field time_ms_median: nan is not a finite number" in err
+
+
+# --- a failed job never costs the previous tables ---
+
+
+def test_tables_a_failed_run_could_not_make_again_are_the_previous_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = plan_of(CELLS)
+    tables = Path(paths.table("r", "cells.csv")).parent
+    (tables / "figures").mkdir(parents=True)
+    old = {
+        tables / "cells.csv": "old cells\n",
+        tables / "cells.csv.prov.json": "{}",
+        tables / "claims.csv": "old claims\n",
+        tables / "figures" / "roofline.csv": "old figure table\n",
+    }
+    for path, text in old.items():
+        path.write_text(text)
+    outcome.keep_tables(plan)
+    # the run: aggregate made claims.csv again, then failed (Snakemake deleted cells.csv
+    # and its sidecar); the figure table went with a failed job too
+    (tables / "claims.csv").unlink()
+    (tables / "claims.csv").write_text("new claims\n")
+    for path in (
+        tables / "cells.csv",
+        tables / "cells.csv.prov.json",
+        tables / "figures" / "roofline.csv",
+    ):
+        path.unlink()
+    log = io.StringIO()
+    restored = outcome.restore_tables(plan, log)
+    assert sorted(restored) == sorted(
+        str(p)
+        for p in (
+            tables / "cells.csv",
+            tables / "cells.csv.prov.json",
+            tables / "figures" / "roofline.csv",
+        )
+    )
+    assert (tables / "cells.csv").read_text() == "old cells\n"
+    assert (tables / "claims.csv").read_text() == "new claims\n"  # a new one stays
+    assert "2 tables could not be made again and are the previous run's" in log.getvalue()
+    assert not (outcome.KEPT / "r").exists()
+    # a run that succeeds drops what it kept
+    outcome.keep_tables(plan)
+    assert (outcome.KEPT / "r" / "cells.csv").is_file()
+    outcome.drop_kept_tables(plan)
+    assert not (outcome.KEPT / "r").exists()
+    assert outcome.restore_tables(plan) == []
 
 
 # --- a record that cannot be saved ---

@@ -291,7 +291,7 @@ def test_ten_thousand_good_records_are_all_kept(tmp_path, monkeypatch):
         Path(paths.prov(path)).write_text(json.dumps({**sidecar, "outputs": outputs}))
     plan = SimpleNamespace(
         source="live", run="big", device="cpu", pairs=[], cells=cells, paired=[], profiled=[],
-        lm=LMMatrix(), kind="blocks",
+        lm=LMMatrix(), kind="blocks", bench_jobs=[(c, 0) for c in cells],
     )  # fmt: skip
     bad, _ = heal_quietly(plan)
     assert bad == []
@@ -321,11 +321,18 @@ def damaged_run(ci_run, tmp_path_factory):
     invalid.write_text(json.dumps(data))
     flip_a_digit(flipped)
     deleted.unlink()
+    # a NaN median whose sidecar was made again to match: it passes the sidecar's check
+    nan = results / "cells/mamba3/torch/prefill/b1-t64-n4-fp32.json"
+    blob = with_value(json.loads(nan.read_text()), "time_ms_median", "NaN")
+    nan.write_bytes(blob)
+    sidecar = json.loads(Path(paths.prov(str(nan))).read_text())
+    sidecar["outputs"][sidecar["output"]] = hashlib.sha256(blob).hexdigest()
+    Path(paths.prov(str(nan))).write_text(json.dumps(sidecar))
     corrupt_verify = results / "verify/mamba2/torch.json"
     corrupt_verify.write_text(corrupt_verify.read_text()[:50])
     deleted_verify = results / "verify/hybrid/torch.json"
     deleted_verify.unlink()
-    damaged = [truncated, invalid, flipped, deleted]
+    damaged = [truncated, invalid, flipped, deleted, nan]
     untouched = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in cells if p not in damaged}
     table = results / "tables" / "cells.csv"
     table_before = table.stat().st_mtime_ns
@@ -350,12 +357,13 @@ def test_a_damaged_run_heals_in_one_rerun(damaged_run):
     assert r.out.returncode == 0, r.out.stderr[-4000:]
     log = r.out.stderr
     rel = lambda p: str(p.relative_to(r.wf))  # noqa: E731
-    truncated, invalid, flipped, deleted = r.damaged
+    truncated, invalid, flipped, deleted, nan = r.damaged
     assert f"ssm-bench: {rel(truncated)}: not valid JSON" in log
     assert f"ssm-bench: {rel(invalid)}: field batch: 'one' is not of type 'integer'" in log
     assert f"ssm-bench: {rel(flipped)}: expected sha256 " in log
+    assert f"ssm-bench: {rel(nan)}: field time_ms_median: nan is not a finite number" in log
     assert f"ssm-bench: {rel(r.verify[0])}: not valid JSON" in log
-    for path in (truncated, invalid, flipped, r.verify[0]):
+    for path in (truncated, invalid, flipped, nan, r.verify[0]):
         assert f"moved aside to {rel(path)}.corrupt, its job reruns" in log
         assert Path(f"{path}.corrupt").exists()
     # every damaged or deleted record is remade, vouched for by its sidecar
@@ -391,3 +399,109 @@ def test_the_tables_refresh_with_every_remade_record(damaged_run):
         (cells.model == "deltanet") & (cells.phase == "train") & (cells.seq_len == 32)
     ).sum() == 1
     assert deleted.exists()
+
+
+# --- non-finite numbers: no record of any kind holds one ---
+
+NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def paired_blob() -> dict:
+    from tests.conftest import paired_record
+
+    return paired_record("mamba2", 1.5).to_dict()
+
+
+def verify_blob() -> dict:
+    data = verify_of("mamba2", "torch")
+    data["checks"] = [{"name": "ssd.y", "dtype": "fp32", "max_abs_err": 1e-7, "ok": True}]
+    return data
+
+
+# kind -> (heal's check of it, a valid record, the numeric field the edit makes non-finite)
+RECORD_KINDS = {
+    "cell": (heal._cell, lambda: record_of(Cell("mamba2", "torch", "prefill", 1, 32, 4, "fp32")).to_dict(), "time_ms_median"),  # noqa: E501
+    "paired": (heal._paired, paired_blob, "latency_ratio"),
+    "verify": (heal._verify, verify_blob, "checks.0.max_abs_err"),
+    "device": (heal._device, lambda: dict(status="ok", reason="", device="cpu", copy_gbps=9.5), "copy_gbps"),  # noqa: E501
+    "prewarm": (heal._prewarm, lambda: dict(status="ok", reason="", shapes=[], seconds=1.5), "seconds"),  # noqa: E501
+}  # fmt: skip
+
+
+def with_value(data: dict, field: str, token: str) -> bytes:
+    """``data`` as JSON with the number at ``field`` (dotted, list indices as digits)
+    replaced by the bare token ``token`` (NaN, Infinity): what an edit or a lax writer
+    leaves, which Python's json reads as a float."""
+    marker = 123456.789
+    node = data
+    *parents, leaf = field.split(".")
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[int(leaf) if isinstance(node, list) else leaf] = marker
+    return json.dumps(data).replace(str(marker), token).encode()
+
+
+@pytest.mark.parametrize("token", NON_FINITE.values(), ids=NON_FINITE.keys())
+@pytest.mark.parametrize("kind", RECORD_KINDS)
+def test_a_non_finite_number_in_any_record_is_named_by_field(kind, token):
+    check, valid, field = RECORD_KINDS[kind]
+    check(json.dumps(valid()).encode(), "r.json")  # the valid record passes
+    blob = with_value(valid(), field, token)
+    with pytest.raises(RecordError) as refused:
+        check(blob, "r.json")
+    shown = field.replace(".0.", "[0].")
+    assert str(refused.value).startswith(f"r.json: field {shown}: ")
+    assert "is not a finite number" in str(refused.value)
+
+
+def test_heal_moves_a_re_hashed_record_with_nan_aside(finished):
+    """The issue's case: a NaN median whose sidecar was made again to match (what a buggy
+    measurement or an edit with a re-hash leaves) is named, moved aside and remade."""
+    path = paths.cell_record("ci", finished[0])
+    data = json.loads(Path(path).read_text())
+    finish(path, lambda p: Path(p).write_bytes(with_value(data, "time_ms_median", "NaN")))
+    assert vouched(path)  # its sidecar vouches for the bytes
+    bad, log = heal_quietly()
+    assert bad == [path] and os.path.exists(path + ".corrupt")
+    assert f"ssm-bench: {path}: field time_ms_median: nan is not a finite number" in log
+
+
+def test_a_task_or_whole_model_record_with_nan_is_refused(tmp_path):
+    from ssmbench.lm.record import read_lm_record
+    from ssmbench.tasks.record import read_task_record
+
+    for reader in (read_task_record, read_lm_record):
+        path = tmp_path / "r.json"
+        path.write_text('{"run": "t", "seconds": NaN}')
+        with pytest.raises(RecordError, match=rf"^{path}: field seconds: nan is not a finite"):
+            reader(path)
+
+
+def test_a_cell_whose_p95_is_below_its_median_is_refused_where_it_is_read(tmp_path):
+    data = record_of(Cell("mamba2", "torch", "prefill", 1, 32, 4, "fp32")).to_dict()
+    data["time_ms_p95"] = 1.0  # below its median, 2.0: the cells table refuses such a row
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError, match=rf"^{path}: field time_ms_p95: 1.0 is below the"):
+        records.read_record(path)
+    with pytest.raises(RecordError, match="field time_ms_p95"):
+        heal._cell(path.read_bytes(), str(path))
+
+
+@pytest.mark.slow
+def test_a_failed_aggregate_keeps_the_previous_tables(ci_run, tmp_path):
+    """The tables are replaced only by a whole new set: an aggregate that fails (here on
+    a claims ledger that is not YAML) leaves the previous tables, each with its sidecar,
+    and the run exits non-zero saying so."""
+    wf = tmp_path / "wf"
+    shutil.copytree(ci_run, wf, symlinks=True)
+    tables = wf / "results" / "ci" / "tables"
+    before = {p: p.read_bytes() for p in tables.rglob("*") if p.is_file()}
+    (wf / "config" / "claims.yaml").write_text("claims: [\n")
+    targets = [paths.table("ci", name) for name in paths.TABLES]
+    out = snakemake(wf, *targets, "--config", "preset=ci")
+    assert out.returncode != 0
+    assert "claims.yaml: not valid YAML" in out.stdout + out.stderr
+    assert "tables could not be made again and are the previous run's" in out.stderr
+    assert {p: p.read_bytes() for p in tables.rglob("*") if p.is_file()} == before
+    assert not (wf / ".snakemake" / "ssmbench-kept-tables" / "ci").exists()

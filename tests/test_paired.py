@@ -75,12 +75,24 @@ def test_records_round_trip_and_bad_ones_are_named(tmp_path):
         validate_paired(
             {**data, "attention_samples_ms": [1.0] * 7, "ssm_samples_ms": [1.0] * 6}, path
         )
-    with pytest.raises(ValueError, match=r"unknown fields \['colour'\]"):
+    with pytest.raises(ValueError, match=r"p.json: field <top level>: .*'colour' was unexpected"):
         validate_paired({**data, "colour": 1}, path)
-    with pytest.raises(ValueError, match=r"missing fields \['run'\]"):
+    with pytest.raises(ValueError, match=r"field <top level>: 'run' is a required property"):
         validate_paired({k: v for k, v in data.items() if k != "run"}, path)
     with pytest.raises(ValueError, match="field status: 'great'"):
         validate_paired({**data, "status": "great"}, path)
+    with pytest.raises(ValueError, match="field phase: 'warmup' is not one of"):
+        validate_paired({**data, "phase": "warmup"}, path)
+
+
+def test_the_paired_schema_has_the_records_fields():
+    import json
+    from dataclasses import fields
+
+    from ssmbench.paired import SCHEMA, PairedRecord
+
+    schema = json.loads(SCHEMA.read_text())
+    assert set(schema["properties"]) == {f.name for f in fields(PairedRecord)}
 
 
 def paired_config(**paired):

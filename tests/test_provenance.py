@@ -129,6 +129,35 @@ def test_a_run_without_a_manifest_or_with_a_bad_line_is_refused(run_dir):
     assert f"{manifest}: no manifest" in str(refused(run_dir))
 
 
+def test_a_sidecar_that_names_another_file_vouches_for_nothing_even_in_the_manifest(run_dir):
+    """An edited table whose sidecar was pointed at another file (its ``output``), with
+    that entry re-hashed and the manifest's lines updated to match: the sidecar must name
+    the file it sits beside, so the check still refuses it."""
+    table, sidecar = run_dir / TABLE, run_dir / f"{TABLE}.prov.json"
+    flip_a_byte(table)
+    prov = json.loads(sidecar.read_text())
+    other = prov["output"].replace("cells.csv", "ops.csv")
+    prov["output"] = other
+    prov["outputs"] = {**prov["outputs"], other: sha256(table)}
+    sidecar.write_text(json.dumps(prov, indent=1))
+    manifest = run_dir / MANIFEST
+    lines = {rel: digest for rel, digest in read_manifest(manifest).items()}
+    lines[TABLE], lines[f"{TABLE}.prov.json"] = sha256(table), sha256(sidecar)
+    manifest.write_text("".join(f"{d}  {rel}\n" for rel, d in sorted(lines.items())))
+    error = refused(run_dir)
+    assert [m.path for m in error.mismatches] == [str(table)]
+    assert f"it names another file as its output: {other}" in str(error)
+
+
+@pytest.mark.parametrize("line", ["../cpu/tables/cells.csv", "/etc/hostname"], ids=["up", "abs"])
+def test_a_manifest_line_that_leaves_the_run_folder_is_refused_as_such(run_dir, line):
+    manifest = run_dir / MANIFEST
+    digest = sha256(run_dir / TABLE)
+    manifest.write_text(manifest.read_text() + f"{digest}  {line}\n")
+    message = str(refused(run_dir))
+    assert f"path {line!r} leaves the run folder" in message and "found no file" not in message
+
+
 def test_a_manifest_is_written_only_over_files_their_sidecars_vouch_for(run_dir):
     before = (run_dir / MANIFEST).read_bytes()
     table = run_dir / TABLE

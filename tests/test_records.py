@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -78,3 +79,21 @@ def test_a_not_run_cell_validates_and_tabulates(tmp_path):
     assert "not_run" in STATUS_MARKERS  # the figures mark it (the schema's enum: test_registry)
     with pytest.raises(ValueError, match="reason"):
         records.validate_record({**never.to_dict(), "reason": ""})
+
+
+def test_every_bound_of_the_cells_table_is_a_bound_of_the_record():
+    """A record its schema accepts must make a row the cells table accepts (the fuzz of
+    tests/test_fuzz.py found fields where it did not): every lower bound and every set
+    of values the table checks is the record schema's, or tighter."""
+    from ssmbench import tables
+
+    schema = records.schema()
+    for column in tables.CELL_COLUMNS:
+        prop = schema["properties"][column]
+        prop = schema["$defs"][prop["$ref"].rsplit("/", 1)[1]] if "$ref" in prop else prop
+        for check in tables.CELLS_SCHEMA.columns[column].checks:
+            stats = check.statistics
+            if "min_value" in stats:
+                assert prop.get("minimum", -math.inf) >= stats["min_value"], column
+            if "allowed_values" in stats and "enum" in prop:
+                assert set(prop["enum"]) <= set(stats["allowed_values"]), column

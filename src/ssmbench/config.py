@@ -460,22 +460,17 @@ def from_command_line(config: dict, entries) -> dict:
     {max_time_s: 3.0}}}`` gives ``'3.0'``.  Each such leaf in ``entries`` (Snakemake's
     parsed ``--config``) is read again as YAML reads it in a file (3.0 a float, true a
     bool, null None; anything else stays text).  And a run or preset name typed as digits
-    (``run=123``) is the name "123", as the README allows; a name that Snakemake read as
-    a float (``run=1.5``) is refused with how to write it.
+    (``run=123``) is the name "123", as the README allows (:func:`plan` refuses one that
+    Snakemake read as a float, ``run=1.5``, saying how to name it).
     """
     config = dict(config)
     for key, value in (entries or {}).items():
         if isinstance(value, (dict, list)):
             config[key] = _typed_like(config.get(key), value)
     for key in ("run", "preset"):
-        value = config.get(key)
+        value = entries.get(key) if entries else None
         if isinstance(value, int) and not isinstance(value, bool):
             config[key] = str(value)
-        elif isinstance(value, float):
-            raise ConfigError(
-                f"config key {key}: {value} is a number, and a {key} name is text: quote it "
-                f"(--config {key}=\"'{value}'\") or use letters"
-            )
     return config
 
 
@@ -612,6 +607,13 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     ``cuda`` says whether a GPU is present (default: :func:`cuda_available`); it decides
     ``preset: auto`` and whether a ``cuda`` preset can run here.
     """
+    for key in ("run", "preset"):
+        if isinstance(config.get(key), float):  # --config run=1.5: Snakemake made it a float
+            raise ConfigError(
+                f"config key {key}: {config[key]} is a number, and a {key} name is text "
+                f"(--config reads {config[key]} as a number, quoted or not): start it with a "
+                f"letter, or set it in a config file as a quoted string"
+            )
     validate(config)
     presets = config["presets"]
     name = config["preset"]

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from ssmbench import paths
-from ssmbench.records import read_json
+from ssmbench.records import read_record
 
 # statuses of a cell that was measured and did not give a number
 FAILURES = ("failed", "oom", "timeout")
@@ -47,7 +47,12 @@ def _first_line(text: str) -> str:
 
 def cell_statuses(plan) -> tuple[Counter, list[str]]:
     """(count of the plan's cells by status, one line per cell that failed); a cell
-    without a record counts as ``no record``, an unreadable one as ``unreadable``."""
+    without a record counts as ``no record``, one whose record its reader refuses (not
+    JSON, a field its schema refuses, a NaN: nothing a table could hold) as
+    ``unreadable``, so the count is of what the tables can use."""
+    from ssmbench.lm.record import read_lm_record
+    from ssmbench.tasks.record import read_task_record
+
     counts: Counter = Counter()
     failed = []
     blocks = [
@@ -57,19 +62,25 @@ def cell_statuses(plan) -> tuple[Counter, list[str]]:
     models = [(paths.lm_cell_record(plan.run, c), c.name) for c in plan.lm.cells]
     matrix = getattr(plan, "tasks", None)  # training jobs (ssmbench.tasks)
     tasks = [(paths.task_record(plan.run, c), c.name) for c in matrix.cells] if matrix else []
-    for path, name in blocks + models + tasks:
+    readers = [read_record] * len(blocks) + [read_lm_record] * len(models)
+    readers += [read_task_record] * len(tasks)
+    for (path, name), read in zip(blocks + models + tasks, readers, strict=True):
         if not os.path.exists(path):
             counts["no record"] += 1
             continue
         try:
-            data = read_json(path)
+            data = _as_dict(read(path))
             status, reason = data["status"], str(data.get("reason", ""))
-        except (ValueError, KeyError, OSError) as error:
+        except (ValueError, KeyError, TypeError, OSError) as error:
             status, reason = "unreadable", str(error)
         counts[status] += 1
         if status in (*FAILURES, "unreadable"):
             failed.append(f"  {name}: {status}: {_first_line(reason)}")
     return counts, failed
+
+
+def _as_dict(record) -> dict:
+    return record if isinstance(record, dict) else vars(record)
 
 
 def summary(plan) -> tuple[str, bool]:

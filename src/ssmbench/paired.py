@@ -18,12 +18,23 @@ from them); the paired cell measures time only.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
-from ssmbench.config import Cell, compute_dtype, paired_attention
-from ssmbench.records import STATUSES, read_json, write_json_atomic
+import jsonschema
+
+from ssmbench.config import REPO, Cell, compute_dtype, paired_attention
+from ssmbench.records import (
+    RecordError,
+    check_schema,
+    integer_fields,
+    not_an_integer,
+    read_json,
+    write_json_atomic,
+)
 
 PAIRED_SCHEMA_VERSION = 2  # 2: replicate, replicates and the load witnesses
 
@@ -97,25 +108,24 @@ class PairedRecord:
         return asdict(self)
 
 
+SCHEMA = REPO / "workflow" / "schemas" / "paired_record.schema.json"
+
+
+@functools.cache
+def _validator():
+    schema = json.loads(SCHEMA.read_text())
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
 def validate_paired(data: dict, path: str | os.PathLike = "<paired record>") -> None:
     """Raise ``ValueError`` naming the file and the field when ``data`` is not a paired
-    record: a field unknown or missing, a status outside ``STATUSES``, an ok record
-    without as many samples on each side."""
-    from dataclasses import MISSING
-
-    names = {f.name for f in fields(PairedRecord)}
-    required = {
-        f.name
-        for f in fields(PairedRecord)
-        if f.default is MISSING and f.default_factory is MISSING
-    }
-    unknown, missing = set(data) - names, required - set(data)
-    if unknown:
-        raise ValueError(f"{path}: unknown fields {sorted(unknown)}")
-    if missing:
-        raise ValueError(f"{path}: missing fields {sorted(missing)}")
-    if data.get("status") not in STATUSES:
-        raise ValueError(f"{path}: field status: {data.get('status')!r} is not one of {STATUSES}")
+    record: a field its schema (workflow/schemas/paired_record.schema.json) refuses
+    (unknown, missing, of another type, out of range), or an ok record without as many
+    samples on each side."""
+    check_schema(_validator(), data, path)
+    wrong = not_an_integer(data, integer_fields(PairedRecord))
+    if wrong:
+        raise RecordError(f"{path}: {wrong}")
     if data["status"] == "ok":
         a, s = data.get("attention_samples_ms") or [], data.get("ssm_samples_ms") or []
         if not a or len(a) != len(s):

@@ -252,20 +252,51 @@ def validate_record(data: dict, path: str | os.PathLike = "<record>") -> None:
         raise RecordError(f"{path}: {why}")
 
 
-def inconsistency(data: dict) -> str | None:
-    """What a schema-valid cell record says that cannot be (the cells table's own checks,
-    so a record the table would refuse is refused, and named, where it is read): an ok
-    cell without its median time, a P95 below the median, a cell that is not ok without
-    a reason.  None when it is consistent."""
-    status, median, p95 = data.get("status"), data.get("time_ms_median"), data.get("time_ms_p95")
-    if status == "ok" and (median is None or p95 is None):
-        field = "time_ms_median" if median is None else "time_ms_p95"
-        return f"field {field}: missing, and an ok cell has its median and P95 times"
-    if status == "ok" and p95 < median:
-        return f"field time_ms_p95: {p95} is below the median, {median}"
-    if status != "ok" and not data.get("reason"):
-        return f"field reason: empty, and a cell that is {status} says why"
+# the largest integer a record field may hold: every one fits a table's int64 column, and
+# none is near it (a batch, a length, a count of samples)
+MAX_INT = 2**53
+
+
+def integer_fields(record_class) -> tuple[str, ...]:
+    """The fields of a record dataclass typed ``int`` (or ``int | None``)."""
+    return tuple(f.name for f in fields(record_class) if f.type in ("int", "int | None"))
+
+
+# the block size every record carries (ssmbench.config.Size): integers but the pattern
+SIZE_INTEGERS = ("d_model", "n_layers", "n_heads", "head_dim", "expand", "d_conv", "chunk")
+
+
+def not_an_integer(data: dict, names) -> str | None:
+    """The first of the fields ``names`` (and of the ``size`` it carries) whose value is a
+    number but no integer: a float (JSON Schema counts ``9.2e18`` and ``2.0`` as
+    integers; a table cannot), or one past :data:`MAX_INT`."""
+    size = data.get("size") if isinstance(data.get("size"), dict) else {}
+    pairs = [(name, data.get(name)) for name in names]
+    pairs += [(f"size.{name}", size.get(name)) for name in SIZE_INTEGERS]
+    for name, value in pairs:
+        if isinstance(value, float):
+            return f"field {name}: {value!r} is not an integer (a float in the JSON)"
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            return f"field {name}: {value} is beyond {MAX_INT}"
     return None
+
+
+def inconsistency(data: dict) -> str | None:
+    """What a schema-valid cell record says that cannot be, where JSON Schema cannot say
+    it: an integer field holding a float (:func:`not_an_integer`), or an ok cell whose P95
+    is below its median (the cells table refuses both, so they are refused, and named,
+    where the record is read).  None when it is consistent."""
+    wrong = not_an_integer(data, integer_fields(CellRecord))
+    if wrong:
+        return wrong
+    median, p95 = data.get("time_ms_median"), data.get("time_ms_p95")
+    if data.get("status") == "ok" and _number(median) and _number(p95) and p95 < median:
+        return f"field time_ms_p95: {p95} is below the median, {median}"
+    return None
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:

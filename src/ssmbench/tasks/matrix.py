@@ -129,13 +129,13 @@ def matrix(preset_name: str, preset: dict, path=TASKS_YAML) -> TaskMatrix | None
     specs, cuts = {}, {}
     for task in cfg["tasks"]:
         spec = merged(known[task], budget.get(task, {}), f"{where}.budget.{task}")
+        check_spec(task, spec, budget.get(task, {}), f"{where}.budget.{task}", path)
         for family in cfg["families"]:
             if family not in spec["models"]:
                 raise ConfigError(
                     f"config key {where}.families: {task} has no model for {family!r} "
                     f"in {path.name}"
                 )
-        check_spec(task, spec, budget.get(task, {}), f"{where}.budget.{task}", path)
         for family in cfg["families"]:
             _check_model(task, family, spec, budget.get(task, {}), f"{where}.budget.{task}", path)
         specs[task] = spec
