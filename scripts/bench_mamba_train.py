@@ -1,15 +1,17 @@
-"""Mamba-1's training step through the torch backend's two differentiable forms, old
-against new, and its prefill, measured in rounds that interleave them in one run.
+"""Mamba-1's training step with the torch backend's forms under autograd, old against
+new, and its prefill, measured in rounds that interleave them in one run.
 
     python scripts/bench_mamba_train.py [--cases parity selective_copy ...] [--rounds 15]
                                         [--threads 1] [--host-allocator system] [--profile]
 
-The new form is what the ``torch`` backend runs under autograd:
-:func:`ssmbench.models.mamba.chunked_scan`, chunks with a backward of their own.  The
-old one is autograd through :func:`ssmbench.models.mamba.blocked_scan`, the log-space
-blocks the backend runs without gradients (and ran under autograd too, before
-chunked_scan): :func:`selective_scan_autograd` puts it in the torch backend's place for
-the old side's calls only (:func:`scan_form`).
+The new forms are what the ``torch`` backend runs under autograd: the scan by
+:func:`ssmbench.models.mamba.chunked_scan` (chunks with a backward of their own) and the
+causal conv by :meth:`ssmbench.models.common.CausalConv1d.shifted` (shifted
+multiply-adds).  The old ones are autograd through what the backend runs without
+gradients (and ran under autograd too, before): the scan's log-space blocks
+(:func:`ssmbench.models.mamba.blocked_scan`) and torch's conv1d.  :func:`forms` puts
+them in place for the old side's calls only (:func:`selective_scan_autograd`,
+:func:`conv1d_autograd`).
 
 Cases (:data:`CASES`):
 
@@ -20,7 +22,7 @@ Cases (:data:`CASES`):
 - ``train-1024``: the ``cpu`` preset's Mamba-1 train cell (b 1, T 1024, d_model 256,
   d_state 16, 2 layers; loss mean(y^2)), as ``ssmbench.cell`` times it.
 - ``prefill-1024``, ``prefill-4096``: the ``cpu`` preset's prefill (b 1, no gradients):
-  both sides run blocked_scan, so the ratio shows what the dispatch costs (nothing).
+  both sides run blocked_scan and conv1d, so the ratio shows what the dispatch costs.
 
 Each round times one call of each side, the order alternating from round to round; both
 sides share the weights and inputs.  Per case and clock (wall: ``perf_counter``; cpu: this
@@ -46,7 +48,7 @@ from ssmbench.config import Size
 from ssmbench.measure.allocator import POLICIES, set_host_allocator
 from ssmbench.measure.memory import measure_peak, memory_deltas
 from ssmbench.models import build_model, mamba
-from ssmbench.models.common import widen
+from ssmbench.models.common import CausalConv1d, widen
 from ssmbench.scripting import positive_int
 from ssmbench.stats import ratio_interval
 from ssmbench.tasks.data import make
@@ -91,18 +93,30 @@ def selective_scan_autograd(
     return mamba._output_gate(y, u, D, z, in_place).to(out_dtype), h
 
 
+def conv1d_autograd(conv: CausalConv1d, x: torch.Tensor) -> torch.Tensor:
+    """The causal conv (before SiLU) as it was before
+    :meth:`~ssmbench.models.common.CausalConv1d.shifted`: torch's conv1d under autograd
+    as well.  x ``(b, t, d)`` -> ``(b, t, d)``."""
+    T = x.shape[1]
+    return torch.nn.Conv1d.forward(conv, x.transpose(1, 2))[..., :T].transpose(1, 2)
+
+
 @contextlib.contextmanager
-def scan_form(side: str) -> Iterator[None]:
-    """Inside the block, the torch backend's scan is the ``side`` form ("old" or "new")."""
+def forms(side: str) -> Iterator[None]:
+    """Inside the block, the torch backend's scan and the causal conv run their ``side``
+    forms under autograd ("old" or "new")."""
     if side not in SIDES:
         raise ValueError(f"unknown side {side!r}; known: {SIDES}")
-    new = mamba.SCAN_BACKENDS["torch"]
+    scan, shifted = mamba.SCAN_BACKENDS["torch"], CausalConv1d.shifted
     if side == "old":
-        mamba.SCAN_BACKENDS["torch"] = selective_scan_autograd
+        mamba.SCAN_BACKENDS["torch"], CausalConv1d.shifted = (
+            selective_scan_autograd,
+            conv1d_autograd,
+        )
     try:
         yield
     finally:
-        mamba.SCAN_BACKENDS["torch"] = new
+        mamba.SCAN_BACKENDS["torch"], CausalConv1d.shifted = scan, shifted
 
 
 def task_step(task: str, seed: int = 0) -> Callable[[], None]:
@@ -167,7 +181,7 @@ def time_case(
     times = {side: {clock: [] for clock in CLOCKS} for side in SIDES}
     for i in range(warmup + rounds):
         for side in SIDES if i % 2 == 0 else SIDES[::-1]:
-            with scan_form(side):
+            with forms(side):
                 start = {clock: now() for clock, now in CLOCKS.items()}
                 step()
                 elapsed_ms = {clock: (now() - start[clock]) * 1e3 for clock, now in CLOCKS.items()}
@@ -194,7 +208,7 @@ def profile_case(step: Callable[[], None], side: str, rows: int, big_mib: float)
     """``side``'s step once more, profiled: its peak tensor memory, its allocations of at
     least ``big_mib`` MiB (count and total), the CPU time of :data:`PROFILED_RANGES`, and
     the top ``rows`` operators by self CPU time."""
-    with scan_form(side):
+    with forms(side):
         peak_mib = measure_peak(step, "cpu")["peak_bytes"] / 2**20
         step()  # warm, after the memory profile
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

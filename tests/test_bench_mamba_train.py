@@ -1,7 +1,7 @@
-"""scripts/bench_mamba_train.py: its old side is the torch backend's scan before
-chunked_scan and differentiates to the same gradients, the sides swap back, and a small
-run prints one line per case and clock with the ratio of its medians inside its interval.
-No timing is asserted."""
+"""scripts/bench_mamba_train.py: its old side is the torch backend's scan and causal conv
+as they ran under autograd before, which differentiate to the same gradients, the sides
+swap back, and a small run prints one line per case and clock with the ratio of its
+medians inside its interval.  No timing is asserted."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import torch
 
 from ssmbench.config import Size
 from ssmbench.models import build_model, mamba
+from ssmbench.models.common import CausalConv1d
 from ssmbench.numerics import assert_close
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,29 +38,30 @@ def bench():
     return module
 
 
-def test_scan_form_swaps_the_torch_scan_and_restores_it(bench):
-    new = mamba.SCAN_BACKENDS["torch"]
-    with bench.scan_form("old"):
+def test_forms_swap_the_scan_and_the_conv_and_restore_them(bench):
+    scan, shifted = mamba.SCAN_BACKENDS["torch"], CausalConv1d.shifted
+    with bench.forms("old"):
         assert mamba.SCAN_BACKENDS["torch"] is bench.selective_scan_autograd
-    with pytest.raises(RuntimeError), bench.scan_form("old"):
+        assert CausalConv1d.shifted is bench.conv1d_autograd
+    with pytest.raises(RuntimeError), bench.forms("old"):
         raise RuntimeError("a failing step")
-    assert mamba.SCAN_BACKENDS["torch"] is new
-    with bench.scan_form("new"):
-        assert mamba.SCAN_BACKENDS["torch"] is new
-    with pytest.raises(ValueError, match="unknown side 'older'"), bench.scan_form("older"):
+    assert (mamba.SCAN_BACKENDS["torch"], CausalConv1d.shifted) == (scan, shifted)
+    with bench.forms("new"):
+        assert (mamba.SCAN_BACKENDS["torch"], CausalConv1d.shifted) == (scan, shifted)
+    with pytest.raises(ValueError, match="unknown side 'older'"), bench.forms("older"):
         pass
 
 
 def test_both_sides_train_the_same_function(bench):
     """fp64, a two-layer Mamba-1 of awkward width at B2-T37: the same outputs and the same
-    gradients for every parameter through the old scan and the new one."""
+    gradients for every parameter through the old forms and the new ones."""
     size = Size(d_model=20, n_layers=2, n_heads=1, head_dim=20, expand=2, d_conv=4, chunk=8)
     net = build_model("mamba", size, 5, "torch", dtype=torch.float64, seed=3)
     x = torch.randn(2, 37, 20, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     results = {}
     for side in bench.SIDES:
         net.zero_grad(set_to_none=True)
-        with bench.scan_form(side):
+        with bench.forms(side):
             y, _ = net(x)
             y.square().mean().backward()
         results[side] = [y.detach()] + [p.grad for p in net.parameters()]
