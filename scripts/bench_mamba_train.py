@@ -24,11 +24,15 @@ Cases (:data:`CASES`):
 - ``prefill-1024``, ``prefill-4096``: the ``cpu`` preset's prefill (b 1, no gradients):
   both sides run blocked_scan and conv1d, so the ratio shows what the dispatch costs.
 
-Each round times one call of each side, the order alternating from round to round; both
-sides share the weights and inputs.  Per case and clock (wall: ``perf_counter``; cpu: this
-process's CPU time, ``process_time``, which other jobs on a shared machine inflate less),
-it prints each side's median ms with its interquartile range, and old / new with its 95%
-interval (a paired bootstrap over the rounds, :func:`ssmbench.stats.ratio_interval`).
+Each round calls each side twice in a row and times the second call, the order of the
+sides alternating from round to round; both sides share the weights and inputs.  A
+training job runs one form, step after step: the untimed call puts the side's memory and
+caches where its own last step left them, not where the other side's did (the old side
+peaks at 4-7x the new one's memory), as scripts/bench_ratios.py times its warm calls.
+Per case and clock (wall: ``perf_counter``; cpu: this process's CPU time,
+``process_time``, which other jobs on a shared machine inflate less), it prints each
+side's median ms with its interquartile range, and old / new with its 95% interval (a
+paired bootstrap over the rounds, :func:`ssmbench.stats.ratio_interval`).
 With ``--profile``: each side's peak tensor memory in a step, its allocations of at least
 ``--big-mib``, and torch.profiler's top operators by self CPU time (forward and backward
 are ranges of their own).
@@ -177,11 +181,13 @@ def time_case(
     step: Callable[[], None], rounds: int, warmup: int = 2
 ) -> dict[str, dict[str, list[float]]]:
     """ms per call of ``step`` under each side and clock ({side: {clock: [ms, ...]}}),
-    ``rounds`` rounds after ``warmup``; the order of the sides alternates by round."""
+    ``rounds`` rounds after ``warmup``: in each, each side's second of two calls in a row;
+    the order of the sides alternates by round."""
     times = {side: {clock: [] for clock in CLOCKS} for side in SIDES}
     for i in range(warmup + rounds):
         for side in SIDES if i % 2 == 0 else SIDES[::-1]:
             with forms(side):
+                step()  # after the other side's call: untimed
                 start = {clock: now() for clock, now in CLOCKS.items()}
                 step()
                 elapsed_ms = {clock: (now() - start[clock]) * 1e3 for clock, now in CLOCKS.items()}
