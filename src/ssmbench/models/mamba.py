@@ -612,7 +612,7 @@ def selective_scan_torch(
        split); under autograd, per chunk, (2a) token by token over the whole (b, n, d)
        state, and the reverse recurrence in the backward, which keeps only each chunk's
        entering state (autograd through the blocks kept every block's (b, l, d, n)
-       intermediates: 4x slower to train at the case study's sizes);
+       intermediates: the case study's Mamba-1 task models trained 3-4x slower);
     3. the skip term and the gate of eq. 2b, in place when no autograd graph needs y.
 
     Args:
