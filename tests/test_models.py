@@ -1,15 +1,17 @@
 """Whole blocks of every family: the decode step against the forward pass, decode after prefill,
-deterministic builds, unknown names refused.
+deterministic builds, unknown names refused; the shared causal conv's two forms.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ssmbench.config import Size
 from ssmbench.models import BACKENDS, FAMILIES, build_model
 from ssmbench.models.attention import valid_cache
+from ssmbench.models.common import CausalConv1d
 from ssmbench.numerics import assert_close
 from ssmbench.verify import verify_backend
 
@@ -70,3 +72,30 @@ def test_unknown_model_or_dtype_raises():
         verify_backend("rwkv", "torch")
     with pytest.raises(ValueError, match="'fp8'"):
         verify_backend("mamba", "torch", dtype="fp8")
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize(
+    "b, t, d", [(2, 1, 5), (2, 3, 5), (3, 37, 13)], ids=["B2-T1-D5", "B2-T3-D5", "B3-T37-D13"]
+)
+def test_causal_conv_under_autograd_matches_conv1d(b, t, d, bias):
+    """fp64: the conv's form under autograd (shifted multiply-adds) == torch's conv1d, the
+    form without gradients, in the output, the decode state and the gradients of x, the
+    weight and the bias, for a random upstream gradient (t shorter than the width too)."""
+    g = torch.Generator().manual_seed(30)
+    conv = CausalConv1d(d, 4, bias=bias).double()
+    x = torch.randn(b, t, d, generator=g, dtype=torch.float64, requires_grad=True)
+    grad_y = torch.randn(b, t, d, generator=g, dtype=torch.float64)
+    y, state = conv(x)  # under autograd: the shifted form
+    with torch.no_grad():
+        y_conv1d, state_conv1d = conv(x)
+    assert_close("y", y_conv1d, y.detach(), "fp64")
+    assert_close("state", state_conv1d, state, "fp64")
+    leaves = [x, *conv.parameters()]
+    shifted_grads = torch.autograd.grad(y, leaves, grad_y)
+    x_t = x.transpose(1, 2)  # (b d t)
+    y_ref = F.silu(F.conv1d(x_t, conv.weight, conv.bias, padding=3, groups=d)[..., :t])
+    conv1d_grads = torch.autograd.grad(y_ref.transpose(1, 2), leaves, grad_y)
+    names = ["x", *(name for name, _ in conv.named_parameters())]
+    for name, ref, out in zip(names, conv1d_grads, shifted_grads, strict=True):
+        assert_close(f"grad_{name}", ref, out, "fp64")

@@ -279,9 +279,10 @@ def test_training_is_deterministic_for_a_seed(one_thread):
     ("family", "cfg"),
     [
         ("attention", {"d_model": 32, "n_layers": 2, "n_heads": 2}),
+        ("mamba", {"d_model": 32, "n_layers": 1, "d_state": 8}),  # its own backward
         ("mamba2", {"d_model": 32, "n_layers": 1, "d_state": 8, "headdim": 16}),
     ],
-    ids=["attention", "mamba2"],
+    ids=["attention", "mamba", "mamba2"],
 )
 def test_copy_previous_token_is_learned(family, cfg, one_thread):
     train_data, test = copy_previous(512), copy_previous(128, seed=1)

@@ -25,6 +25,35 @@ def test_verify_backend_passes(model, backend):
 
 
 @pytest.mark.parametrize(
+    "name, phases",
+    [
+        ("selective_scan.y[b2-t37-d24-n5-c16]", ("prefill", "train")),
+        ("selective_scan.train.y[b2-t37-d24-n5-c16]", ("train",)),
+        ("selective_scan_step.y[b2-t37-d24-n5]", ("decode",)),
+        ("block.step_vs_forward.y[mamba-b2]", ("prefill", "decode", "train")),
+        ("block.step_vs_torch_forward.y[mamba-b2]", ("decode",)),
+    ],
+    ids=["sequence", "autograd-form", "step", "block", "block-vs-torch"],
+)
+def test_check_phases_from_the_name(name, phases):
+    from ssmbench.verify import check_phases
+
+    assert check_phases(name) == phases
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp64"])
+def test_mamba_torch_verifies_its_training_form(dtype):
+    """Mamba-1's torch backend trains through a form of its own (chunked_scan): its
+    outputs and final states are checked, with inputs that require gradients, at every
+    shape and chunk size, and count for the train phase only."""
+    result = verify_backend("mamba", "torch", dtype=dtype, seed=11)
+    train = [c for c in result["checks"] if c["name"].startswith("selective_scan.train.")]
+    assert len(train) == 8  # y and final state, 2 shapes, 2 chunk sizes
+    assert all(check["ok"] and check["phases"] == ["train"] for check in train)
+    assert result["passed"]
+
+
+@pytest.mark.parametrize(
     "dtype, backend, device, row",
     [
         ("fp32", "fused", "cuda", "tf32"),  # tl.dot takes fp32 operands in TF32 on CUDA

@@ -201,13 +201,14 @@ def lm_jobs(plan: Plan, costs: Costs) -> list[Job]:
 # size (batch 64, L = 128, d_model 64, 2 layers), one thread on the 2-core VM (median of
 # 15 steps, 2026-12-01, tasks/train.py, at a load average of 1.4-1.8 from other runs, so
 # the SSM families' spread was wide: Mamba-2 250-325 ms); a job's steps scale with
-# batch x L x d_model x layers.  Mamba-1's vectorised scan is the slow one.  On a GPU
-# every family is far faster and launch-bound at these sizes: a rough 20 ms a step until
-# a lease measures it.
+# batch x L x d_model x layers.  Mamba-1 re-measured 2026-12-02 once its torch backend
+# trained through chunked_scan: 0.452 and 0.487 s in two runs at a load average of 3.7-4.0,
+# where the code before took 1.72 and 1.81 s (it was 1.934).  On a GPU every family is far
+# faster and launch-bound at these sizes: a rough 20 ms a step until a lease measures it.
 TASK_STEP_S = {
     "attention": 0.069,
     "s4d": 0.074,
-    "mamba": 1.934,
+    "mamba": 0.470,
     "mamba2": 0.270,
     "mamba3": 0.317,
     "deltanet": 0.355,

@@ -19,10 +19,15 @@ Three forms that must agree (tests pin them to the NumPy reference):
 
 - ``selective_scan_naive``: a Python loop over time, one small update per token, in the
   style of mamba-minimal.
-- ``selective_scan_torch``: the same recurrence with no loop over tokens: blocks of 16
+- ``selective_scan_torch``: the same recurrence, vectorised, in one of two forms.
+  Without gradients (prefill, evaluation), with no loop over tokens: blocks of 16
   tokens, each in log space (an exp, a prefix-sum matmul and a division per block, see
   ``blocked_scan``); blocks with too steep a decay go through an exact parallel scan
   (``linear_scan``: pairwise odd-even recursion, Hillis-Steele doubling at the bottom).
+  Under autograd (training), ``chunked_scan``: chunks of a few tokens whose (b, n, d)
+  states stay in cache, (2a) as one multiply-add over the whole batch's state per token,
+  and a backward of its own, the recurrence in reverse, that keeps only the state
+  entering each chunk and recomputes the rest (as mamba_ssm's CUDA backward does).
 - ``selective_scan_step``: one token, for decode.
 
 All three compute in float32 at least (half inputs are widened), return y in the dtype
@@ -40,6 +45,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from ssmbench.config import Size
 from ssmbench.models import fused
@@ -82,6 +88,11 @@ def _output_gate(
     if z is not None:
         y = y.mul_(F.silu(z)) if in_place else y * F.silu(z)
     return y
+
+
+def _needs_grad(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd records a graph through any of ``tensors`` (None for absent ones)."""
+    return torch.is_grad_enabled() and any(v is not None and v.requires_grad for v in tensors)
 
 
 def selective_scan_naive(
@@ -290,9 +301,7 @@ def blocked_scan(
     if pad:  # delta = 0 and x = 0: padded tokens leave the state as it is
         x, delta, B, C = (F.pad(v, (0, 0, 0, pad)) for v in (x, delta, B, C))  # (b t+pad .)
     n_blocks = (T + pad) // L
-    needs_grad = torch.is_grad_enabled() and any(
-        v is not None and v.requires_grad for v in (x, delta, A, B, C, initial_state)
-    )
+    needs_grad = _needs_grad(x, delta, A, B, C, initial_state)
 
     def by_block(v: torch.Tensor) -> torch.Tensor:
         """(b, t, ...) -> (blocks, b, l, ...), contiguous: a block is one slice (and for
@@ -347,6 +356,239 @@ def blocked_scan(
     return y, h.permute(1, 2, 0).contiguous()
 
 
+# Elements of one chunk's (l, b, n, d) buffers in chunked_scan: a chunk takes this // (b n d)
+# tokens (chunk_tokens).  At the case study's training sizes (b 64, n d = 4096) that is 4
+# tokens and 4 MiB a buffer, and the backward's three buffers stay in the 32 MiB L3 from
+# one pass to the next.  On the 2-core EPYC the scan's forward and backward at b 64, t 64,
+# d 256, n 16 took 53 ms with chunks of 4, against 67 with 2 (more Python steps) and 66
+# with 8 (out of cache).
+CHUNK_ELEMENTS = 1 << 20
+LOG2_E = 1.0 / math.log(2.0)
+
+
+def chunk_tokens(batch: int, d: int, n: int) -> int:
+    """Tokens per chunk of :func:`chunked_scan` at these sizes: ``CHUNK_ELEMENTS // (b d
+    n)``, at least 1."""
+    return max(1, CHUNK_ELEMENTS // (batch * d * n))
+
+
+def _chunk_decays(
+    delta: torch.Tensor, A2: torch.Tensor, floor: bool, out: torch.Tensor
+) -> torch.Tensor:
+    """``exp(delta_t A)`` for one chunk of :func:`chunked_scan`, into ``out``.
+
+    Taken as exp2 of the log-decay times log2(e): torch's CPU exp2 is about 5x faster than
+    its exp in fp32 (0.15 against 0.8 ms per 2^20 elements, AVX-512) and differs from it
+    by the rounding of the scaled argument (relative 3e-7 for delta A in [-5, 0], 4e-6 at
+    the floor).  With ``floor``, log-decays below LOG_DECAY_FLOOR are raised to it first.
+
+    Args:
+        delta: ``(l, b, d)``; A2: ``(n, d)``, A transposed, times log2(e); out:
+            ``(l, b, n, d)``.
+
+    Returns:
+        out, holding the decays.
+    """
+    decay = torch.mul(delta[:, :, None, :], A2, out=out)  # (l b n d), delta_t A log2(e)
+    if floor:
+        decay.clamp_min_(LOG_DECAY_FLOOR * LOG2_E)
+    return decay.exp2_()
+
+
+def _chunk_states(
+    x: torch.Tensor, B: torch.Tensor, decay: torch.Tensor, h: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor:
+    """The states h_t of one chunk of :func:`chunked_scan`: (2a) token by token, each a
+    fused multiply-add over the whole (b, n, d) state, into ``out``.
+
+    Args:
+        x: ``(l, b, d)``; B: ``(l, b, n)``; decay: ``(l, b, n, d)``; h: ``(b, n, d)``, the
+            state entering the chunk; out: ``(l, b, n, d)``.
+
+    Returns:
+        out, holding h_t for each of the chunk's tokens.
+    """
+    states = torch.mul(B[..., None], x[:, :, None, :], out=out)  # (l b n d), x_t B_t
+    rows, decays = states.unbind(0), decay.unbind(0)  # (b n d) each
+    rows[0].addcmul_(decays[0], h)  # (2a) from the entering state
+    for t in range(1, len(rows)):
+        rows[t].addcmul_(decays[t], rows[t - 1])  # (2a)
+    return states
+
+
+def _contract_n(v: torch.Tensor, states: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``sum_n v_t[n] s_t[n, :]``, a (1, n) @ (n, d) matmul per token and batch row: the
+    readout (2b) ``C_t . h_t``, or ``B_t . g_t`` in the backward.
+
+    Args:
+        v: ``(l, b, n)``, contiguous; states: ``(l, b, n, d)``; out: ``(l, b, d)``,
+            contiguous.
+
+    Returns:
+        out.
+    """
+    l, batch, n, d = states.shape
+    k = l * batch
+    torch.bmm(v.view(k, 1, n), states.view(k, n, d), out=out.view(k, 1, d))
+    return out
+
+
+class _ChunkedScan(torch.autograd.Function):
+    """:func:`chunked_scan`, ``L`` tokens a chunk: its forward, and its backward by the
+    reverse recurrence."""
+
+    @staticmethod
+    def forward(ctx, x, delta, A, B, C, initial_state, L):
+        batch, T, d = x.shape
+        n = A.shape[1]
+
+        def chunks(v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            """(b, t, .) -> time-major views (l, b, .) of L tokens: a token's (b, n, d)
+            state is then one block of the chunk buffers."""
+            return v.transpose(0, 1).split(L)
+
+        y = x.new_empty(batch, T, d)
+        xs, deltas, ys = chunks(x), chunks(delta), chunks(y)  # (l b d) each
+        # B and C time-major (tm), as the chunk buffers
+        B_tm, C_tm = B.transpose(0, 1).contiguous(), C.transpose(0, 1).contiguous()  # (t b n)
+        Bs, Cs = B_tm.split(L), C_tm.split(L)  # (l b n) each
+        A2 = (A.t() * LOG2_E).contiguous()  # (n d)
+        # raise log-decays to the floor only in calls that reach it (one check per call)
+        floor = bool(delta.amax() * -A.amin() > -LOG_DECAY_FLOOR)
+        entering = x.new_empty(len(xs), batch, n, d)  # the state entering each chunk
+        if initial_state is None:
+            entering[0].zero_()
+        else:
+            entering[0].copy_(initial_state.transpose(1, 2))
+        decay_buf, states_buf = x.new_empty(L, batch, n, d), x.new_empty(L, batch, n, d)
+        y_buf = x.new_empty(L, batch, d)
+        for i in range(len(xs)):
+            l = xs[i].shape[0]
+            decay = _chunk_decays(deltas[i], A2, floor, decay_buf[:l])  # (l b n d)
+            states = _chunk_states(xs[i], Bs[i], decay, entering[i], states_buf[:l])
+            ys[i].copy_(_contract_n(Cs[i], states, y_buf[:l]))  # (2b), y_t = C_t . h_t
+            if i + 1 < len(xs):
+                entering[i + 1].copy_(states[-1])
+        ctx.save_for_backward(x, delta, A, B_tm, C_tm, entering)
+        ctx.floor, ctx.L = floor, L
+        return y, states[-1].transpose(1, 2).contiguous()  # (b t d), (b d n)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y, grad_final):
+        x, delta, A, B_tm, C_tm, entering = ctx.saved_tensors
+        batch, T, d = x.shape
+        count, _, n, _ = entering.shape
+        L = ctx.L
+
+        def chunks(v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return v.transpose(0, 1).split(L)  # (l b .) views, as in forward
+
+        if grad_y is None:  # only the final state was used
+            grad_y = x.new_zeros(batch, T, d)
+        dx, ddelta = torch.empty_like(x), torch.empty_like(delta)  # (b t d)
+        dB_tm, dC_tm = torch.empty_like(B_tm), torch.empty_like(C_tm)  # (t b n)
+        xs, deltas, dys, dxs, ddeltas = (chunks(v) for v in (x, delta, grad_y, dx, ddelta))
+        Bs, Cs, dBs, dCs = (v.split(L) for v in (B_tm, C_tm, dB_tm, dC_tm))  # (l b n) each
+        A_n = A.t().contiguous()  # (n d)
+        A2 = A_n * LOG2_E  # (n d)
+        dA = torch.zeros_like(A_n)  # (n d)
+        # g carried into a chunk from the one after it: exp(delta A) g of that one's first
+        # token (into the last chunk, the final state's gradient)
+        carry = x.new_zeros(batch, n, d)
+        if grad_final is not None:
+            carry.copy_(grad_final.transpose(1, 2))
+        decay_buf, states_buf, g_buf = (x.new_empty(L, batch, n, d) for _ in range(3))
+        out_buf = x.new_empty(L, batch, d)
+        for i in reversed(range(count)):
+            l = xs[i].shape[0]
+            h = entering[i]  # (b n d)
+            x_i, delta_i, dy = (v[:, :, None, :] for v in (xs[i], deltas[i], dys[i]))  # (l b 1 d)
+            # 1. the chunk's forward again, from its entering state
+            decay = _chunk_decays(deltas[i], A2, ctx.floor, decay_buf[:l])  # (l b n d)
+            states = _chunk_states(xs[i], Bs[i], decay, h, states_buf[:l])  # (l b n d)
+            # 2. the reverse recurrence: g_t = C_t dy_t + exp(delta_{t+1} A) g_{t+1}
+            g = torch.mul(Cs[i][..., None], dy, out=g_buf[:l])  # (l b n d), C_t dy_t
+            g_rows, decays = g.unbind(0), decay.unbind(0)  # (b n d) each
+            g_rows[-1].add_(carry)
+            for t in range(l - 2, -1, -1):
+                g_rows[t].addcmul_(decays[t + 1], g_rows[t + 1])
+            torch.mul(decays[0], g_rows[0], out=carry)  # on to the chunk before
+            # 3. the gradients; each buffer is overwritten once its contents are used
+            dxs[i].copy_(_contract_n(Bs[i], g, out_buf[:l]))  # dx_t = B_t . g_t
+            q = decay.mul_(g)  # (l b n d), exp(delta_t A) g_t
+            torch.sum(g.mul_(x_i), -1, out=dBs[i])  # dB_t = sum_d x_t g_t
+            q[1:].mul_(states[:-1])  # q_t = exp(delta_t A) g_t h_{t-1} = d/d(delta_t A)
+            q[0].mul_(h)
+            torch.sum(states.mul_(dy), -1, out=dCs[i])  # dC_t = sum_d dy_t h_t
+            dA += torch.mul(q, delta_i, out=states).sum((0, 1))  # sum_{b, t} delta_t q_t
+            ddeltas[i].copy_(torch.sum(q.mul_(A_n), 2, out=out_buf[:l]))  # sum_n A q_t
+        grad_initial = carry.transpose(1, 2) if ctx.needs_input_grad[5] else None  # (b d n)
+        dB, dC = dB_tm.transpose(0, 1).contiguous(), dC_tm.transpose(0, 1).contiguous()
+        return dx, ddelta, dA.t().contiguous(), dB, dC, grad_initial, None
+
+
+def chunked_scan(
+    x: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    chunk_len: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``y_t = C_t . h_t`` for ``h_t = exp(delta_t A) h_{t-1} + x_t B_t`` (eq. 2a-2b with
+    x = delta u), chunk by chunk, with a backward of its own: the torch backend's form
+    under autograd, as :func:`blocked_scan` is its form without.
+
+    Autograd through :func:`blocked_scan` keeps half a dozen (b, l, d, n) intermediates
+    of every block, and its backward makes as many again, each tens of MB at a training
+    batch, allocated afresh and streamed from memory.  Here the sequence is cut into
+    chunks of ``chunk_len`` tokens whose ``(l, b, n, d)`` buffers stay in cache, and only
+    the state entering each chunk is kept for the backward, which recomputes the chunk's
+    decays and states from it and runs the recurrence in reverse (as mamba_ssm's CUDA
+    ``selective_scan_bwd`` recomputes its chunks from their saved entering states).
+
+    Per chunk, forward:
+
+    1. the decays ``exp(delta_t A)`` and the inputs ``x_t B_t``, a pass each;
+    2. (2a) token by token: one fused multiply-add over the (b, n, d) state per token, a
+       Python loop over the chunk's tokens (at a training batch each step is a pass over
+       a MB, and the loop's overhead is small beside it);
+    3. (2b) ``y_t = C_t . h_t``, one batched (1, n) @ (n, d) matmul.
+
+    Backward, with ``g_t = dL/dh_t`` (the final state's gradient joins at the last token):
+
+        g_t      = C_t dy_t + exp(delta_{t+1} A) g_{t+1}      (the reverse recurrence)
+        dx_t     = B_t . g_t      dB_t = sum_d x_t g_t      dC_t = sum_d dy_t h_t
+        q_t      = exp(delta_t A) g_t h_{t-1}               (d/d(delta_t A))
+        ddelta_t = sum_n A q_t    dA = sum_{b, t} delta_t q_t
+        dh_{-1}  = exp(delta_0 A) g_0
+
+    Nothing divides, so no decay is too steep: blocked_scan's exact fallback has no
+    counterpart here.  In a call whose steepest step reaches LOG_DECAY_FLOOR, log-decays
+    below it are raised to it, forward and backward alike (subnormal decays would send exp
+    and the multiply-adds down slow paths); q is then that of the raised decay, off by at
+    most e^-60 |g h| from the exact gradient, as y is off by at most e^-60 |C h|.
+
+    Args:
+        x, delta: ``(b, t, d)``, delta >= 0; A: ``(d, n)``; B, C: ``(b, t, n)``;
+            initial_state: ``(b, d, n)`` or None for zeros.  One float dtype of at least
+            32 bits.
+        chunk_len: tokens per chunk, None for :func:`chunk_tokens`; any positive value
+            gives the same result.
+
+    Returns:
+        y ``(b, t, d)`` (before D and the gate) and the final state ``(b, d, n)``, both
+        differentiable once with respect to every input (the backward is not itself
+        differentiable).
+    """
+    batch, T, d = x.shape
+    if chunk_len is None:
+        chunk_len = chunk_tokens(batch, d, A.shape[1])
+    return _ChunkedScan.apply(x, delta, A, B, C, initial_state, max(1, min(chunk_len, T)))
+
+
 def selective_scan_torch(
     u: torch.Tensor,
     delta: torch.Tensor,
@@ -360,17 +602,25 @@ def selective_scan_torch(
     initial_state: torch.Tensor | None = None,
     chunk_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The selective scan, vectorised: the recurrence (2a) and the readout (2b) by
-    :func:`blocked_scan`, a loop over blocks of ``TIME_BLOCK`` tokens, not over tokens.
+    """The selective scan, vectorised, in one of two forms: without gradients (prefill,
+    evaluation) :func:`blocked_scan`, a loop over blocks of ``TIME_BLOCK`` tokens, not over
+    tokens; under autograd :func:`chunked_scan`, chunks whose backward is its own.
 
     1. discretise the step size (softplus of delta + delta_bias) and form x = delta u;
-    2. per block, every state in log space and every output by one matmul (exactly, by
-       :func:`linear_scan`, for blocks whose decay is too steep to split);
+    2. without gradients, per block, every state in log space and every output by one
+       matmul (exactly, by :func:`linear_scan`, for blocks whose decay is too steep to
+       split); under autograd, per chunk, (2a) token by token over the whole (b, n, d)
+       state, and the reverse recurrence in the backward, which keeps only each chunk's
+       entering state (autograd through the blocks kept every block's (b, l, d, n)
+       intermediates: the case study's Mamba-1 task models trained 3-4x slower);
     3. the skip term and the gate of eq. 2b, in place when no autograd graph needs y.
 
     Args:
         as :func:`selective_scan_naive`; chunk_size: the doubling length of
-        :func:`linear_scan` in steep blocks; any positive value gives the same result.
+        :func:`linear_scan` in steep blocks without gradients, and the most tokens a
+        chunk of :func:`chunked_scan` takes under autograd (it takes
+        :func:`chunk_tokens` where that is fewer); any positive value gives the same
+        result.
 
     Returns:
         y: ``(b, t, d)`` in the dtype of u, and the final state ``(b, d, n)`` in float32
@@ -381,10 +631,14 @@ def selective_scan_torch(
         u, delta, A, B, C, D, z, delta_bias, initial_state
     )
     delta = _discretise_delta(delta, delta_bias, delta_softplus)
-    y, h = blocked_scan(delta * u, delta, A, B, C, initial_state, chunk_size=chunk_size)
-    in_place = not (
-        torch.is_grad_enabled() and any(v is not None and v.requires_grad for v in (y, u, D, z))
-    )
+    x = delta * u  # (b t d)
+    if _needs_grad(x, delta, A, B, C, initial_state):
+        batch, _, d = u.shape
+        chunk_len = min(chunk_size, chunk_tokens(batch, d, A.shape[1]))
+        y, h = chunked_scan(x, delta, A, B, C, initial_state, chunk_len)
+    else:
+        y, h = blocked_scan(x, delta, A, B, C, initial_state, chunk_size=chunk_size)
+    in_place = not _needs_grad(y, u, D, z)
     return _output_gate(y, u, D, z, in_place).to(out_dtype), h
 
 

@@ -14,7 +14,8 @@ kernels accepts (``op_shapes(backend)`` of each family, :data:`FUSED_BLOCK_SIZE`
 others keep the awkward ones.
 
 Checks are per phase (:func:`check_phases`): a sequence operator's checks count for
-``prefill`` and ``train``, a one-token step's for ``decode``, the block's for all three.  A
+``prefill`` and ``train`` (those of a form it runs only under autograd, for ``train``), a
+one-token step's for ``decode``, the block's for all three.  A
 kernel that is unavailable for one phase (Mamba-1's CUDA prefill kernel where only its Triton
 decode step is built) skips that phase's checks only: the family's ``guard`` records why,
 and the other phases' checks still run and count.
@@ -73,11 +74,15 @@ def check_phases(name: str) -> tuple[str, ...]:
     """The phases a check counts for, from its name: ``block.step_vs_forward...`` all three
     (the block runs its forward and its step), ``block.step_vs_torch_forward...`` decode
     (the step against the torch forward, where this backend's forward is unavailable), an
-    op ending in ``_step`` decode, any other op (the sequence form) prefill and train."""
+    op ending in ``_step`` decode, ``<op>.train...`` train (the form an op runs under
+    autograd, where it has one of its own: Mamba-1's torch backend), any other op (the
+    sequence form) prefill and train."""
     op = name.split(".", 1)[0].split("[", 1)[0]
     if op == "block":
         return STEP_PHASES if name.startswith("block.step_vs_torch_forward") else PHASES
-    return STEP_PHASES if op.endswith("_step") else SEQUENCE_PHASES
+    if op.endswith("_step"):
+        return STEP_PHASES
+    return ("train",) if name.startswith(f"{op}.train.") else SEQUENCE_PHASES
 
 
 class PhaseGuard:

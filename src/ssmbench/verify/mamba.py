@@ -1,5 +1,10 @@
 """The Mamba-1 selective scan against the float64 reference: every chunk size, and
-selective_scan_step() token by token, with D, z, delta_bias and a random initial state."""
+selective_scan_step() token by token, with D, z, delta_bias and a random initial state.
+
+The torch backend runs one form without gradients (blocked_scan) and another under
+autograd (chunked_scan, its training form): both are checked, the second with inputs that
+require gradients, in checks named ``selective_scan.train.*`` that count for the train
+phase (:func:`ssmbench.verify.check_phases`)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,9 @@ from ssmbench.verify import SEQUENCE_PHASES, STEP_PHASES, Inputs, PhaseGuard
 # scan and Triton step take any d and n up to 256, so the fused backend runs them too)
 SCAN_SHAPES = ((2, 37, 24, 5), (2, 70, 13, 5))
 SCAN_CHUNK_SIZES = (16, 64)
+# Backends with a form of their own under autograd: the torch backend trains through
+# chunked_scan (chunks of at most chunk_size tokens; at these sizes, exactly that many)
+AUTOGRAD_FORMS = ("torch",)
 
 
 def op_shapes(backend: str) -> list[dict]:
@@ -56,6 +64,19 @@ def op_checks(
                 )
                 checks.append(compare(f"selective_scan.y[{label}]", ref_y, y, dtype))
                 checks.append(compare(f"selective_scan.final_state[{label}]", ref_h, h, dtype))
+                if backend in AUTOGRAD_FORMS:
+                    leaves = [v.detach().requires_grad_(True) for v in (*args, h0)]
+                    with torch.enable_grad():
+                        y, h = ops.selective_scan(
+                            *leaves[:5],
+                            **kwargs,
+                            initial_state=leaves[5],
+                            backend=backend,
+                            chunk_size=chunk_size or 64,
+                        )
+                    checks.append(compare(f"selective_scan.train.y[{label}]", ref_y, y, dtype))
+                    name = f"selective_scan.train.final_state[{label}]"
+                    checks.append(compare(name, ref_h, h, dtype))
 
         label = f"b{b}-t{t}-d{d}-n{n}"
         with guard(*STEP_PHASES):  # Triton: runs without the CUDA extension
