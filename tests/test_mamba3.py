@@ -7,13 +7,15 @@ fp32 unless a test says otherwise; every comparison goes through
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from ssmbench import ops
 from ssmbench.config import Size
 from ssmbench.models import BACKENDS, build_model
-from ssmbench.models.mamba3 import Mamba3State, build_mixer
+from ssmbench.models.mamba3 import A_FLOOR, Mamba3Mixer, Mamba3State, build_mixer
 from ssmbench.numerics import assert_close, to_numpy
 from ssmbench.reference import ssd as reference_ssd
 from ssmbench.reference.mamba3 import mamba3 as reference_mamba3
@@ -48,7 +50,7 @@ def make_inputs(shape, seed=0, dtype=torch.float32, decay_scale=1.0):
     args = (
         randn(b, t, h, p),
         rand(b, t, h, low=0.05, high=0.6),  # dt
-        -rand(h, low=0.5, high=2.0) * decay_scale,  # A
+        -rand(b, t, h, low=0.5, high=2.0) * decay_scale,  # A, per token and head
         randn(b, t, g, n),
         randn(b, t, g, n),
         randn(b, t, h, r),  # theta
@@ -73,7 +75,7 @@ def run_steps(args, D, state):
     x, dt, A, B, C, theta, lam = args
     ys = []
     for i in range(x.shape[1]):
-        token = (x[:, i], dt[:, i], A, B[:, i], C[:, i], theta[:, i], lam[:, i])
+        token = (x[:, i], dt[:, i], A[:, i], B[:, i], C[:, i], theta[:, i], lam[:, i])
         y_t, state = ops.mamba3_step(*token, D=D, state=state)
         ys.append(y_t)
     return torch.stack(ys, dim=1), state
@@ -172,11 +174,13 @@ def test_mamba3_half_inputs(backend):
 
 
 def ssd_limit(shape, seed, dtype):
-    """Mamba-3 inputs with lam = 1 and theta = 0, and the SSD reference's (y, state)."""
+    """Mamba-3 inputs with lam = 1, theta = 0 and A the same at every token (the first
+    token's), and the SSD reference's (y, state) for that A per head."""
     (x, dt, A, B, C, theta, lam), D, state = make_inputs(shape, seed=seed, dtype=dtype)
-    args = (x, dt, A, B, C, torch.zeros_like(theta), torch.ones_like(lam))
+    A_head = A[0, 0]  # (h)
+    args = (x, dt, A_head.expand_as(dt), B, C, torch.zeros_like(theta), torch.ones_like(lam))
     expected = reference_ssd(
-        *map(to_numpy, (x, dt, A, B, C)), D=to_numpy(D), initial_state=to_numpy(state.ssm)
+        *map(to_numpy, (x, dt, A_head, B, C)), D=to_numpy(D), initial_state=to_numpy(state.ssm)
     )
     return args, D, state.ssm, expected
 
@@ -242,16 +246,22 @@ def test_mamba3_bad_shapes_raise():
         "not divisible": (x, dt, A, three_groups, three_groups),
         "theta must be": (x, dt, A, B, C, torch.zeros(1, 5, 4, 4)),  # 2 r > n
         "dt .* must be": (x, dt[:, :4], A, B, C),
-        "A and D must be": (x, dt, A[:3], B, C),
+        "A must be": (x, dt, A[0, 0], B, C),  # one A per head (Mamba-2's) is not Mamba-3's
     }
     for backend in BACKENDS:
         for message, broken in bad.items():
             with pytest.raises(ValueError, match=message):
                 ops.mamba3(*broken, *args[len(broken) :], backend=backend)
+        with pytest.raises(ValueError, match="D must be"):
+            ops.mamba3(*args, D=D[:3], backend=backend)
         with pytest.raises(ValueError, match="state.phase"):
             ops.mamba3(*args, initial_state=state._replace(phase=state.phase[..., :2]))
     with pytest.raises(ValueError, match="x must be"):
-        ops.mamba3_step(x, dt[:, 0], A, B[:, 0], C[:, 0], theta[:, 0], lam[:, 0])
+        ops.mamba3_step(x, dt[:, 0], A[:, 0], B[:, 0], C[:, 0], theta[:, 0], lam[:, 0])
+    with pytest.raises(ValueError, match="A must be"):
+        ops.mamba3_step(x[:, 0], dt[:, 0], A[0, 0], B[:, 0], C[:, 0], theta[:, 0], lam[:, 0])
+    with pytest.raises(ValueError, match=r"A must be \(1, 5, 4\)"):
+        reference_mamba3(*map(to_numpy, (x, dt, A[0, 0], B, C, theta, lam)))
 
 
 def test_mamba3_unknown_backend_raises():
@@ -271,7 +281,9 @@ def test_mamba3_mixer_shapes_and_cache():
     size = Size(d_model=256, n_layers=1, n_heads=4, head_dim=64, expand=2, d_conv=4, chunk=64)
     mixer = build_mixer(size, d_state=16, layer=0)
     assert (mixer.nheads, mixer.head_dim, mixer.d_state, mixer.n_angles) == (8, 64, 16, 4)
-    assert mixer.in_proj.weight.shape == (2 * 512 + 2 * 16 + 2 * 8 + 4, 256)
+    # [z, x, B, C, dd_dt, dd_A, trap, angle]
+    assert mixer.split == [512, 512, 16, 16, 8, 8, 8, 4]
+    assert mixer.in_proj.weight.shape == (2 * 512 + 2 * 16 + 3 * 8 + 4, 256)
     assert mixer.out_proj.weight.shape == (256, 512)
     assert not any(isinstance(m, torch.nn.Conv1d) for m in mixer.modules())
     u = torch.randn(2, 9, 256, generator=torch.Generator().manual_seed(10))
@@ -284,3 +296,56 @@ def test_mamba3_mixer_shapes_and_cache():
     assert shapes == [(2, 8, 64, 16), (2, 8, 4), (2, 8, 16), (2, 8, 64)]  # ssm, phase, B, x
     assert_close("y_last", y[:, -1], y_last, "fp32")
     assert_state_close(cache, stepped)
+
+
+def _projections(mixer: Mamba3Mixer, u: torch.Tensor) -> dict[str, torch.Tensor]:
+    """in_proj's outputs cut by hand in mamba_ssm's order [z, x, B, C, dd_dt, dd_A, trap,
+    angle]."""
+    e, n, h, r = mixer.d_inner, mixer.d_state, mixer.nheads, mixer.n_angles
+    widths = {"z": e, "x": e, "B": n, "C": n, "dd_dt": h}
+    widths |= {"dd_A": h, "trap": h, "angle": r}
+    out, start = {}, 0
+    for name, width in widths.items():
+        out[name] = u @ mixer.in_proj.weight[start : start + width].T
+        start += width
+    assert start == mixer.in_proj.weight.shape[0]
+    return out
+
+
+def _rms_normed(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-5) * weight
+
+
+def test_mamba3_mixer_op_inputs_are_mamba_ssms():
+    """Every input the op sees, from in_proj's rows by hand: A = min(-softplus(dd_A),
+    -A_FLOOR) per token and head, dt = softplus(dd_dt + dt_bias), lam = sigmoid(trap),
+    theta = pi tanh(angle) shared by the heads, B and C RMS-normed plus their per-head
+    biases; at init A is near -log 2 (dd_A is rows of nn.Linear's init, no bias)."""
+    torch.manual_seed(0)
+    mixer = Mamba3Mixer(64, d_state=32, head_dim=32)  # parity's block: 4 heads, 8 angles
+    with torch.no_grad():
+        for param in (mixer.B_bias, mixer.C_bias, mixer.B_norm.weight, mixer.C_norm.weight):
+            param.normal_()
+    u = torch.randn(3, 41, 64, generator=torch.Generator().manual_seed(1))
+    z, x, B, C, dt, A, lam, theta = mixer._op_inputs(u)
+    raw = _projections(mixer, u)
+    expected = {
+        "z": raw["z"].unflatten(-1, (4, 32)),
+        "x": raw["x"].unflatten(-1, (4, 32)),
+        "B": _rms_normed(raw["B"], mixer.B_norm.weight)[..., None, :] + mixer.B_bias,
+        "C": _rms_normed(raw["C"], mixer.C_norm.weight)[..., None, :] + mixer.C_bias,
+        "dt": torch.nn.functional.softplus(raw["dd_dt"] + mixer.dt_bias),
+        "A": -torch.nn.functional.softplus(raw["dd_A"]).clamp(min=A_FLOOR),
+        "lam": torch.sigmoid(raw["trap"]),
+        "theta": (math.pi * torch.tanh(raw["angle"]))[..., None, :].expand(3, 41, 4, 8),
+    }
+    for name, value in zip(expected, (z, x, B, C, dt, A, lam, theta), strict=True):
+        assert_close(name, expected[name], value, "fp32")
+    assert A.shape == (3, 41, 4) and A.std(dim=1).min() > 0.05  # per token and head
+    assert -0.85 < A.mean() < -0.6  # -softplus(N(0, 1/3)) averages about -0.74
+
+    with torch.no_grad():  # a very negative dd_A meets the floor
+        rows = slice(2 * 128 + 2 * 32 + 4, 2 * 128 + 2 * 32 + 8)
+        mixer.in_proj.weight[rows] *= 1000.0
+    A = mixer._op_inputs(u)[5]
+    assert (A == -A_FLOOR).any() and A.max() == -A_FLOOR and (A < -1.0).any()
