@@ -7,7 +7,10 @@ fp32 unless a test says otherwise; every comparison goes through
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import torch
@@ -19,6 +22,7 @@ from ssmbench.models.mamba3 import A_FLOOR, Mamba3Mixer, Mamba3State, build_mixe
 from ssmbench.numerics import assert_close, to_numpy
 from ssmbench.reference import ssd as reference_ssd
 from ssmbench.reference.mamba3 import mamba3 as reference_mamba3
+from tests import triton_cpu
 
 # (b, t, h, g, p, n, r): T = 1, lengths that no chunk size below divides, odd head dims,
 # odd n (its last channel is not rotated), partial (r < n/2) and full (r = n/2) rotation
@@ -349,3 +353,179 @@ def test_mamba3_mixer_op_inputs_are_mamba_ssms():
         mixer.in_proj.weight[rows] *= 1000.0
     A = mixer._op_inputs(u)[5]
     assert (A == -A_FLOOR).any() and A.max() == -A_FLOOR and (A < -1.0).any()
+
+
+# the mixer against mamba_ssm's Mamba3 module (its forward, its Triton kernels)
+
+needs_mamba_ssm = pytest.mark.skipif(
+    any(importlib.util.find_spec(p) is None for p in ("triton", "einops", "mamba_ssm")),
+    reason="mamba_ssm, triton or einops not installed (`make fused`)",
+)
+CHECK_TIMEOUT_S = 300  # per check in the worker; each takes a few seconds on 2 cores
+# (b, t, d_model, head_dim, d_state, chunk): the kernels want power-of-two head dim and
+# state size; lengths one chunk, and neither a multiple of the chunk; 4 and 2 heads;
+# n = 16 rotates r = 4 pairs, n = 32 (parity's) 8
+MODULE_SHAPES = [(1, 16, 32, 16, 16, 16), (2, 33, 32, 16, 16, 16), (1, 37, 32, 32, 32, 16)]
+
+
+def module_shape_id(shape: tuple[int, ...]) -> str:
+    return "B{}-T{}-D{}-P{}-N{}-C{}".format(*shape)
+
+
+def _start_mamba_ssm_worker() -> None:
+    triton_cpu.install()
+    triton_cpu.fill_new_buffers_with_nan()
+    triton_cpu.exact_mamba3_helpers()
+
+
+@pytest.fixture(scope="module")
+def mamba_ssm_worker():
+    """A spawned worker with the Triton interpreter on (it must be on before mamba_ssm's
+    kernels are imported, and must not leak into the other tests)."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context, initializer=_start_mamba_ssm_worker) as pool:
+        yield pool
+
+
+def _combined_in_float32(combined):
+    """mamba_ssm's ``mamba3_siso_combined`` without its first step, the casts of Q, K, V,
+    Trap, Angles and Z to bf16 (the kernels then compute in the inputs' float32): the
+    interpreter's bf16 results are garbage (outputs of 1e10 for O(1) inputs), and fp32 is
+    the comparison the block needs.  The rest is its autograd function as it stands."""
+
+    def mamba3_siso_combined(
+        Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, Input_States=None,
+        chunk_size=64, return_final_states=False, cu_seqlens=None,
+    ):  # fmt: skip
+        states = Input_States if Input_States is not None else (None,) * 4
+        return combined._Mamba3Function.apply(
+            Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, *states,
+            cu_seqlens, chunk_size, return_final_states,
+        )  # fmt: skip
+
+    return mamba3_siso_combined
+
+
+def _check_against_mamba_ssm(shape: tuple, seed: int) -> dict:
+    """Run in the worker: mamba_ssm's Mamba3 and our mixer with the same weights on the
+    same input; our three forms and our cache against its output and final states."""
+    from types import SimpleNamespace
+
+    from ssmbench.models import fused
+    from ssmbench.models.mamba3 import A_FLOOR, Mamba3Mixer
+    from ssmbench.numerics import compare
+    from ssmbench.verify import compare_phase
+
+    b, t, d_model, head_dim, d_state, chunk = shape
+    module = fused._mamba_ssm("modules.mamba3")
+    combined = fused._mamba_ssm("ops.triton.mamba3.mamba3_siso_combined")
+    module.mamba3_siso_combined = _combined_in_float32(combined)
+
+    torch.manual_seed(seed)
+    theirs = module.Mamba3(
+        d_model, d_state=d_state, expand=2, headdim=head_dim, chunk_size=chunk, layer_idx=0
+    )
+    ours = Mamba3Mixer(d_model, d_state=d_state, expand=2, head_dim=head_dim, chunk_size=chunk)
+    # every parameter random, so that a swapped or unused one shows
+    gen = torch.Generator().manual_seed(seed + 1)
+    h, n = theirs.nheads, d_state
+    with torch.no_grad():
+        weight = theirs.in_proj.weight  # rows [z, x, B, C, dd_dt, dd_A, trap, angle]
+        dd_A = 2 * theirs.d_inner + 2 * n + h  # the first dd_A row
+        weight[dd_A] *= 40.0  # head 0's A: some tokens at the floor (asserted below)
+        weight[dd_A + 2 * h :] *= 3.0  # angles: tanh near +-1 for some tokens
+        theirs.dt_bias.copy_(torch.randn(h, generator=gen))  # dt about 0.1 .. 2
+        for param in (theirs.B_bias, theirs.C_bias, theirs.B_norm.weight, theirs.C_norm.weight):
+            param.copy_(1 + 0.5 * torch.randn(param.shape, generator=gen))
+        theirs.D.copy_(torch.randn(h, generator=gen))
+    copies = {  # ours <- theirs, every parameter of both
+        "in_proj.weight": theirs.in_proj.weight,
+        "out_proj.weight": theirs.out_proj.weight,
+        "dt_bias": theirs.dt_bias,
+        "B_bias": theirs.B_bias[:, 0],  # (h, mimo rank 1, n)
+        "C_bias": theirs.C_bias[:, 0],
+        "D": theirs.D,
+        "B_norm.weight": theirs.B_norm.weight,
+        "C_norm.weight": theirs.C_norm.weight,
+    }
+    assert sorted(copies) == sorted(name for name, _ in ours.named_parameters())
+    assert len(copies) == len(list(theirs.parameters()))
+    with torch.no_grad():
+        for name, value in copies.items():
+            ours.get_parameter(name).copy_(value)
+    theirs.requires_grad_(False)  # forward only (its backward's bf16 buffers, see above)
+
+    u = torch.randn(b, t, d_model, generator=gen)
+    cache = SimpleNamespace(key_value_memory_dict={}, seqlen_offset=0)
+    with torch.no_grad():
+        y_ref = theirs(u, inference_params=cache)
+        phase, ssm, k_state, v_state = cache.key_value_memory_dict[0]
+        A = ours._op_inputs(u)[5]
+        out = {"floored_tokens": int((A == -A_FLOOR).sum()), "checks": []}
+        for form in ("naive", "torch", "step"):
+            if form == "step":
+                state, ys = None, []
+                for i in range(t):
+                    y_t, state = ours.step(u[:, i], state, "torch")
+                    ys.append(y_t)
+                y = torch.stack(ys, dim=1)
+            else:
+                y, state = ours(u, form)
+            out["checks"] += [
+                compare(f"{form}.y", y_ref, y, "fp32"),
+                compare(f"{form}.ssm", ssm, state.ssm, "fp32"),
+                compare_phase(f"{form}.phase", phase, state.phase, "fp32"),
+                compare(f"{form}.B_prev", k_state[:, 0], state.B_prev, "fp32"),
+                compare(f"{form}.x_prev", v_state, state.x_prev, "fp32"),
+            ]
+    return out
+
+
+@needs_mamba_ssm
+@pytest.mark.parametrize("shape", MODULE_SHAPES, ids=module_shape_id)
+def test_mixer_matches_mamba_ssm_module(mamba_ssm_worker, shape):
+    """Our Mamba3Mixer == mamba_ssm 2.3.2's ``Mamba3`` (SISO, its defaults) with the same
+    weights, in fp32: y and the final state (the phase mod 2 pi), for our naive, torch and
+    token-by-token step forms.
+
+    What ran of mamba_ssm: its module's forward as written (in_proj, the split, A =
+    -softplus(dd_A) floored, dt, its Triton RMSNorm of B and C, its rearranges, out_proj)
+    and its Triton kernels ``angle_dt_fwd`` and ``mamba3_siso_fwd`` (chunked, with the
+    biases, rotation, trapezoid, D and the z gate) under the Triton interpreter on CPU
+    tensors, with two changes the interpreter forces (tests/triton_cpu.py and
+    :func:`_combined_in_float32`): its four PTX approximations (cos, sin, tanh, sech^2)
+    computed exactly, and the kernels fed float32 instead of bf16.  Its decode ``step``
+    (a CuteDSL kernel) and its backward are not compared; the final states come from its
+    forward's inference cache."""
+    out = mamba_ssm_worker.submit(_check_against_mamba_ssm, shape, 0).result(CHECK_TIMEOUT_S)
+    failed = [str(c) for c in out["checks"] if not c.ok]
+    assert not failed, "\n".join(failed)
+    assert out["floored_tokens"] > 0  # the floor on -A was exercised
+
+
+def _init_against_mamba_ssm(d_model: int, head_dim: int, d_state: int, seed: int) -> dict:
+    """Run in the worker: mamba_ssm's Mamba3 and our mixer, each built right after
+    ``torch.manual_seed(seed)``; per parameter of ours, whether it equals theirs."""
+    from ssmbench.models import fused
+    from ssmbench.models.mamba3 import Mamba3Mixer
+
+    module = fused._mamba_ssm("modules.mamba3")
+    torch.manual_seed(seed)
+    theirs = module.Mamba3(d_model, d_state=d_state, expand=2, headdim=head_dim)
+    torch.manual_seed(seed)
+    ours = Mamba3Mixer(d_model, d_state=d_state, expand=2, head_dim=head_dim)
+    assert len(list(theirs.parameters())) == len(list(ours.parameters()))
+    return {
+        name: torch.equal(param, theirs.get_parameter(name).reshape(param.shape))
+        for name, param in ours.named_parameters()
+    }
+
+
+@needs_mamba_ssm
+@pytest.mark.parametrize("size", [(32, 16, 16), (64, 32, 32)], ids=["D32-P16-N16", "D64-P32-N32"])
+def test_mixer_init_is_mamba_ssms(mamba_ssm_worker, size):
+    """One seed, the same weights as mamba_ssm's Mamba3: in_proj and out_proj as torch's
+    nn.Linear (dd_A's rows too: no init of its own), dt_bias from the same log-uniform dt
+    in [1e-3, 0.1], B_bias = C_bias = D = 1, norm weights 1 (drawn in its order)."""
+    equal = mamba_ssm_worker.submit(_init_against_mamba_ssm, *size, 7).result(CHECK_TIMEOUT_S)
+    assert equal and all(equal.values()), equal
