@@ -304,10 +304,11 @@ def test_mamba3_mixer_shapes_and_cache():
 
 def _projections(mixer: Mamba3Mixer, u: torch.Tensor) -> dict[str, torch.Tensor]:
     """in_proj's outputs cut by hand in mamba_ssm's order [z, x, B, C, dd_dt, dd_A, trap,
-    angle]."""
+    angle] (dd_A absent without a data-dependent A)."""
     e, n, h, r = mixer.d_inner, mixer.d_state, mixer.nheads, mixer.n_angles
     widths = {"z": e, "x": e, "B": n, "C": n, "dd_dt": h}
-    widths |= {"dd_A": h, "trap": h, "angle": r}
+    widths |= {"dd_A": h} if mixer.A_mode == "data" else {}
+    widths |= {"trap": h, "angle": r}
     out, start = {}, 0
     for name, width in widths.items():
         out[name] = u @ mixer.in_proj.weight[start : start + width].T
@@ -353,6 +354,39 @@ def test_mamba3_mixer_op_inputs_are_mamba_ssms():
         mixer.in_proj.weight[rows] *= 1000.0
     A = mixer._op_inputs(u)[5]
     assert (A == -A_FLOOR).any() and A.max() == -A_FLOOR and (A < -1.0).any()
+
+
+def test_mamba3_mixer_init_and_options():
+    """dt at init log-uniform in [1e-3, 0.1] (mamba_ssm's dt_min, dt_max) or dt_range;
+    A_mode "per-head": no dd_A rows, one learned A per head (-A in [1, 16]) at every token;
+    angle_bound None: theta is the projection itself."""
+    torch.manual_seed(2)
+    faithful = Mamba3Mixer(64, d_state=32, head_dim=16)
+    dt = torch.nn.functional.softplus(faithful.dt_bias)
+    assert ((1e-3 <= dt) & (dt <= 0.1)).all() and dt.max() / dt.min() > 3
+    assert all(torch.equal(p, torch.ones_like(p)) for p in (faithful.B_bias, faithful.D))
+    wide = Mamba3Mixer(64, d_state=32, head_dim=16, dt_range=(0.1, 1.0))
+    dt = torch.nn.functional.softplus(wide.dt_bias)
+    assert ((0.1 <= dt * (1 + 1e-6)) & (dt <= 1.0 * (1 + 1e-6))).all()
+
+    per_head = Mamba3Mixer(64, d_state=32, head_dim=16, A_mode="per-head")
+    assert per_head.in_proj.weight.shape[0] == faithful.in_proj.weight.shape[0] - 8
+    assert ((1.0 <= per_head.A_log.exp()) & (per_head.A_log.exp() <= 16.0)).all()
+    u = torch.randn(2, 9, 64, generator=torch.Generator().manual_seed(3))
+    A = per_head._op_inputs(u)[5]
+    assert_close("A", (-per_head.A_log.exp()).expand(2, 9, 8), A, "fp32")
+    lam = per_head._op_inputs(u)[6]
+    assert_close("lam", torch.sigmoid(_projections(per_head, u)["trap"]), lam, "fp32")
+
+    unbounded = Mamba3Mixer(64, d_state=32, head_dim=16, angle_bound=None)
+    with torch.no_grad():
+        unbounded.in_proj.weight[-unbounded.n_angles :] *= 20.0
+    theta = unbounded._op_inputs(u)[7]
+    angle = _projections(unbounded, u)["angle"]
+    assert_close("theta", angle[..., None, :].expand_as(theta), theta, "fp32")
+    assert theta.abs().max() > math.pi
+    with pytest.raises(ValueError, match="unknown A_mode 'complex'.*per-head"):
+        Mamba3Mixer(64, A_mode="complex")
 
 
 # the mixer against mamba_ssm's Mamba3 module (its forward, its Triton kernels)

@@ -90,3 +90,19 @@ def test_a_stopped_run_s_unfinished_jobs_are_not_run_rows():
     rows = tasks_table([finished, *extra]).query("headline")
     assert list(rows.status) == ["ok", "not_run"] and list(rows.seed) == [0, 1]
     assert rows.value.isna().tolist() == [False, True] and rows.reason.iloc[1] == why
+
+
+def test_a_job_with_mixer_options_trains_that_variant_and_records_them():
+    """mixer_options reach the block (a named variant) and the record's model says so; the
+    record is still a valid one."""
+    options = {"A_mode": "per-head", "dt_range": [0.1, 1.0]}
+    record = job("parity", family="mamba3", mixer_options=options)
+    assert record["status"] == "ok", record["reason"]
+    assert record["model"] == {
+        **PLAN.tasks.spec("parity")["models"]["mamba3"],
+        "mixer_options": options,
+    }
+    validate_task_record(record)
+    plain = job("parity", family="mamba3")
+    assert "mixer_options" not in plain["model"]
+    assert plain["final"] != record["final"]  # another block

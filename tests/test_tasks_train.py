@@ -211,6 +211,21 @@ def test_n_parameters_counts_every_tensor_once():
     assert n_parameters(model) == 8 * 16 + (16 * 8 + 8) + 2 * (16 * 48 + 16 * 16 + 16) + 16
 
 
+def test_build_task_model_builds_a_named_variant_from_mixer_options():
+    """mixer_options reach every layer's build_mixer; none builds the benchmark's block;
+    a family whose build_mixer takes no options refuses them."""
+    data = copy_previous(2)
+    plain = build_task_model("mamba3", TINY["mamba3"], data, seed=1)
+    variant = build_task_model(
+        "mamba3", TINY["mamba3"], data, seed=1, mixer_options={"A_mode": "per-head"}
+    )
+    assert all(m.A_mode == "data" and not hasattr(m, "A_log") for m in plain.stack.mixers)
+    assert all(m.A_mode == "per-head" and hasattr(m, "A_log") for m in variant.stack.mixers)
+    assert len(variant.stack.mixers) == TINY["mamba3"]["n_layers"]
+    with pytest.raises(TypeError, match="A_mode"):
+        build_task_model("mamba2", TINY["mamba2"], data, mixer_options={"A_mode": "per-head"})
+
+
 def test_build_task_model_refuses_an_unknown_backend():
     with pytest.raises(ValueError, match="unknown backend 'cuda'"):
         build_task_model("mamba", TINY["mamba"], copy_previous(2), backend="cuda")

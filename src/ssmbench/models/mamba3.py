@@ -68,6 +68,8 @@ from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
 from ssmbench.models import fused
 from ssmbench.models.common import (
+    A_INIT_RANGE,
+    DT_INIT_RANGE,
     RandomDraws,
     RMSNorm,
     cumsum,
@@ -471,6 +473,11 @@ def random_inputs(
 
 # -A_t >= A_FLOOR: the slowest decay a token may ask for (mamba_ssm's Mamba3 ``A_floor``)
 A_FLOOR = 1e-4
+# Mamba3Mixer's A_mode: mamba_ssm's data-dependent A, or one learned A per head
+A_MODES = ("data", "per-head")
+# Named variants of the block: name -> Mamba3Mixer keyword arguments (the benchmark's
+# ``mamba3`` is the block with none of them)
+MAMBA3_VARIANTS: dict[str, dict] = {}
 
 
 class Mamba3Mixer(nn.Module):
@@ -498,6 +505,16 @@ class Mamba3Mixer(nn.Module):
     A = -softplus(w . u) with w . u near 0, about -log 2 = -0.69; dt log-uniform in
     DT_INIT_RANGE, at least DT_INIT_FLOOR, stored as softplus^-1 in dt_bias; B_bias =
     C_bias = 1; D = 1; RMSNorm weights 1, eps 1e-5.
+
+    Options that change the block (each off by default, i.e. mamba_ssm's; the parity
+    ablation of scripts/bench_mamba3_parity.py and :data:`MAMBA3_VARIANTS` use them):
+
+    - ``dt_range``: dt's init range (mamba_ssm's ``dt_min``, ``dt_max``);
+    - ``A_mode``: ``"data"`` (mamba_ssm's, above) or ``"per-head"``: one learned A per head,
+      -A uniform in A_INIT_RANGE = [1, 16] stored as A_log (Mamba-2's), the same at every
+      token; in_proj then has no dd_A rows;
+    - ``angle_bound``: theta = angle_bound tanh(angle) (pi, mamba_ssm's), or None for the
+      unbounded theta = angle.
     """
 
     def __init__(
@@ -507,8 +524,16 @@ class Mamba3Mixer(nn.Module):
         expand: int = 2,
         head_dim: int = 64,
         chunk_size: int = 64,
+        *,
+        dt_range: tuple[float, float] = DT_INIT_RANGE,
+        A_mode: str = "data",
+        angle_bound: float | None = math.pi,
     ):
         super().__init__()
+        if A_mode not in A_MODES:
+            raise ValueError(f"unknown A_mode {A_mode!r}; known: {list(A_MODES)}")
+        self.A_mode = A_mode
+        self.angle_bound = angle_bound
         self.nheads = (expand * d_model) // head_dim  # H
         if self.nheads < 1:
             raise ValueError(f"expand * d_model = {expand * d_model} is less than one head")
@@ -525,20 +550,23 @@ class Mamba3Mixer(nn.Module):
             d_state,
             d_state,
             self.nheads,
-            self.nheads,
+            self.nheads if A_mode == "data" else 0,  # dd_A
             self.nheads,
             self.n_angles,
         ]
         # drawn in mamba_ssm's order (in_proj, dt, then out_proj; the rest draws nothing),
         # so that one seed gives both modules the same weights
         self.in_proj = nn.Linear(d_model, sum(self.split), bias=False)
-        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads))
+        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads, dt_range))
         self.B_bias = nn.Parameter(torch.ones(self.nheads, d_state))
         self.C_bias = nn.Parameter(torch.ones(self.nheads, d_state))
         self.B_norm = RMSNorm(d_state, eps=1e-5)
         self.C_norm = RMSNorm(d_state, eps=1e-5)
         self.D = nn.Parameter(torch.ones(self.nheads))
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
+        if A_mode == "per-head":
+            A = torch.empty(self.nheads).uniform_(*A_INIT_RANGE)  # -A, (h)
+            self.A_log = nn.Parameter(torch.log(A))
 
     def _op_inputs(self, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """z, x ``(..., h, p)``; B, C ``(..., h, n)``; dt, A, lam ``(..., h)``;
@@ -549,10 +577,16 @@ class Mamba3Mixer(nn.Module):
         B = self.B_norm(B)[..., None, :] + self.B_bias  # (... h n)
         C = self.C_norm(C)[..., None, :] + self.C_bias  # (... h n)
         dt = F.softplus(dd_dt + self.dt_bias)  # (... h)
-        (dd_A,) = widen(dd_A)  # mamba_ssm takes A in float32
-        A = (-F.softplus(dd_A)).clamp(max=-A_FLOOR)  # (... h)
+        if self.A_mode == "data":
+            (dd_A,) = widen(dd_A)  # mamba_ssm takes A in float32
+            A = (-F.softplus(dd_A)).clamp(max=-A_FLOOR)  # (... h)
+        else:
+            A = (-torch.exp(self.A_log)).expand_as(dt)  # (... h), the same at every token
         lam = torch.sigmoid(trap)  # (... h)
-        theta = math.pi * torch.tanh(angle)  # (... r)
+        if self.angle_bound is None:
+            theta = angle  # (... r)
+        else:
+            theta = self.angle_bound * torch.tanh(angle)  # (... r)
         theta = theta[..., None, :].expand(*theta.shape[:-1], self.nheads, self.n_angles)
         return z, x, B, C, dt, A, lam, theta
 
@@ -578,13 +612,15 @@ class Mamba3Mixer(nn.Module):
         return self.out_proj(y.flatten(-2)), state
 
 
-def build_mixer(size: Size, d_state: int, layer: int) -> Mamba3Mixer:
+def build_mixer(size: Size, d_state: int, layer: int, **options) -> Mamba3Mixer:
     """The Mamba-3 mixer of a run's size preset (``layer`` unused): p = size.head_dim,
-    h = size.expand * size.d_model // p, n = d_state, chunk = size.chunk."""
+    h = size.expand * size.d_model // p, n = d_state, chunk = size.chunk; ``options`` are
+    :class:`Mamba3Mixer`'s keyword options (none: mamba_ssm's block)."""
     return Mamba3Mixer(
         size.d_model,
         d_state=d_state,
         expand=size.expand,
         head_dim=size.head_dim,
         chunk_size=size.chunk,
+        **options,
     )

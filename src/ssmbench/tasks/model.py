@@ -172,11 +172,21 @@ class TaskModel(nn.Module):
 
 
 def build_task_model(
-    family: str, cfg: Mapping, data: TaskData, backend: str = "torch", seed: int = 0
+    family: str,
+    cfg: Mapping,
+    data: TaskData,
+    backend: str = "torch",
+    seed: int = 0,
+    mixer_options: Mapping | None = None,
 ) -> TaskModel:
     """The ``family`` model sized by the study's kwargs ``cfg`` (:func:`task_size`), with the
     vocabulary, classes and kind of ``data``, running ``backend``, in float32 on the CPU;
     with position codes for :data:`POSITIONAL_FAMILIES`.
+
+    ``mixer_options`` are keyword arguments of the family's ``build_mixer`` beyond the
+    size: a named variant of its block (Mamba-3's, :class:`ssmbench.models.mamba3.Mamba3Mixer`);
+    None or empty builds the benchmark's block.  A family whose ``build_mixer`` takes none
+    refuses them (TypeError).
 
     The weights depend only on (family, cfg, data's vocab and classes, seed): they are
     drawn from a private generator state (as :func:`ssmbench.models.build_model` draws
@@ -188,7 +198,10 @@ def build_task_model(
     module = importlib.import_module(registry.FAMILY[family].module)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        mixers = [module.build_mixer(size, d_state, layer) for layer in range(size.n_layers)]
+        options = dict(mixer_options or {})
+        mixers = [
+            module.build_mixer(size, d_state, layer, **options) for layer in range(size.n_layers)
+        ]
         stack = ResidualStack(mixers, size.d_model, backend)
         positions = family in POSITIONAL_FAMILIES
         model = TaskModel(stack, data.vocab_size, data.n_classes, data.kind, positions)
