@@ -106,14 +106,15 @@ def run_task(
     device: str = "cpu",
     cut: str = "",
     progress=print,
-    mixer_options: dict | None = None,
+    model_options: dict | None = None,
 ) -> dict:
     """Train ``cell``'s family on its task under ``spec`` (the task's resolved settings,
     ``TaskMatrix.spec``) and score it on every evaluation split: the record as a dict
     (keys :data:`RECORD_KEYS`, schema ``workflow/schemas/task_record.schema.json``).
-    ``mixer_options`` select a named variant of the family's block
-    (:func:`ssmbench.tasks.model.build_task_model`); the record's ``model`` then holds
-    them under ``mixer_options``."""
+    ``model_options`` are keyword arguments of
+    :func:`ssmbench.tasks.model.build_task_model` (``mixer_options``: a named variant of
+    the family's block; ``learned_pad``); the record's ``model`` then holds them beside
+    the study's kwargs."""
     import torch
 
     from ssmbench.cell import error_status
@@ -138,11 +139,7 @@ def run_task(
         "seconds": None,
         "train_samples": None,
         "eval_samples": {},
-        "model": (
-            {**spec["models"][cell.family], "mixer_options": dict(mixer_options)}
-            if mixer_options
-            else spec["models"][cell.family]
-        ),
+        "model": {**spec["models"][cell.family], **(model_options or {})},
         "train": spec["train"],
         "data": spec["data"],
         "cut": cut,
@@ -170,7 +167,7 @@ def run_task(
             train_data,
             backend=BACKEND,
             seed=cell.seed,
-            mixer_options=mixer_options,
+            **(model_options or {}),
         ).to(device)
         record["n_parameters"] = n_parameters(model)
         config = TrainConfig.from_dict(spec["train"])
