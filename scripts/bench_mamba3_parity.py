@@ -1,15 +1,19 @@
 """Mamba-3 on parity at the case study's settings: the faithful block and ablation rows,
 each row one change from it, several seeds, one training job per (row, seed).
 
-    python scripts/bench_mamba3_parity.py [--rows faithful dt-wide] [--seeds 0 1 2]
+    python scripts/bench_mamba3_parity.py [--rows faithful learned-pad] [--seeds 0 1 2]
         [--jobs 2] [--out /tmp/mamba3_parity] [--epochs N]
 
 Each job is :func:`ssmbench.tasks.run.run_task` (one thread) on the ``tasks-parity``
 preset's parity spec (config/tasks.yaml: L = 128, 2,000 training sequences x 20 epochs,
 batch 64, lr 3e-3, wd 0.01, cosine, warm-up 0.05, 1,000 test sequences; the Mamba-3 entry
-d_model 64, 2 layers, d_state 32, headdim 32), with the row's ``mixer_options``
-(:class:`ssmbench.models.mamba3.Mamba3Mixer`'s keyword arguments).  ``--epochs`` cuts the
-training (for a smoke run; the cut is in each record).
+d_model 64, 2 layers, d_state 32, headdim 32), with the row's ``model_options``
+(:func:`ssmbench.tasks.model.build_task_model`'s: ``learned_pad``, and ``mixer_options``,
+:class:`ssmbench.models.mamba3.Mamba3Mixer`'s keyword arguments).  Rows: ``faithful`` (the
+project's task model and mamba_ssm's block), ``learned-pad`` (the embedding's PAD row,
+parity's bit 0, learned instead of zero), each block change of :data:`BLOCK_CHANGES` alone
+and on top of ``learned-pad``.  ``--epochs`` cuts the training (for a smoke run; the cut is
+in each record).
 
 Writes each job's record to ``<out>/<row>-s<seed>.json`` (a job whose record is there is
 not run again) and ``<out>/summary.json`` (per row and seed: final test token accuracy,
@@ -37,14 +41,19 @@ TASK, FAMILY, PRESET = "parity", "mamba3", "tasks-parity"
 METRIC = "token_accuracy"
 CURVE_EPOCHS = (1, 5, 10, 15, 20)
 
-# row -> Mamba3Mixer keyword arguments; "faithful" (no options) is mamba_ssm's block.
-# The named variants of ssmbench.models.mamba3 are rows too.
-ABLATIONS: dict[str, dict] = {
+# block change -> Mamba3Mixer keyword arguments (none: mamba_ssm's block); the named
+# variants of ssmbench.models.mamba3 are changes too
+BLOCK_CHANGES: dict[str, dict] = {
     "dt-wide": {"dt_range": (0.1, 1.0)},  # dt init log-uniform in [0.1, 1] (not [1e-3, 0.1])
     "A-per-head": {"A_mode": "per-head"},  # one learned A per head, -A ~ U[1, 16] (Mamba-2's)
     "angle-unbounded": {"angle_bound": None},  # theta = angle projection, no pi tanh
+    **MAMBA3_VARIANTS,
 }
-ROWS: dict[str, dict] = {"faithful": {}, **ABLATIONS, **MAMBA3_VARIANTS}
+# row -> build_task_model keyword arguments
+ROWS: dict[str, dict] = {"faithful": {}, "learned-pad": {"learned_pad": True}}
+for _name, _options in BLOCK_CHANGES.items():
+    ROWS[_name] = {"mixer_options": _options}
+    ROWS[f"learned-pad+{_name}"] = {"learned_pad": True, "mixer_options": _options}
 
 
 def parity_spec(epochs: int | None = None) -> tuple[dict, str]:
@@ -75,7 +84,7 @@ def train_row(row: str, seed: int, out_dir: str, epochs: int | None = None) -> d
         threads=1,
         cut=cut,
         progress=lambda *a, **k: None,
-        mixer_options=ROWS[row] or None,
+        model_options=ROWS[row],
     )
     record["row"] = row
     tmp = path.with_suffix(".tmp")
@@ -97,14 +106,17 @@ def summarize(record: dict) -> dict:
         "final": (record["final"].get("test") or {}).get(METRIC),
         "test_accuracy": [h["eval"]["test"][METRIC] for h in history],
         "train_loss": [h["train_loss"] for h in history],
-        "mixer_options": ROWS[record["row"]],
+        "model_options": ROWS[record["row"]],
     }
 
 
 def table(summaries: list[dict]) -> str:
     """Per seed: final accuracy, the curve at CURVE_EPOCHS, seconds; per row: mean and
     range over its seeds."""
-    lines = ["row                seed  final   " + "  ".join(f"ep{e:<3}" for e in CURVE_EPOCHS)]
+    lines = [
+        "row                            seed  final   "
+        + "  ".join(f"ep{e:<3}" for e in CURVE_EPOCHS)
+    ]
     lines[0] += "  seconds"
     for s in summaries:
         curve = [
@@ -113,18 +125,18 @@ def table(summaries: list[dict]) -> str:
         ]
         final = "failed" if s["final"] is None else f"{s['final']:.3f} "
         lines.append(
-            f"{s['row']:<18} {s['seed']:>4}  {final} " + "  ".join(curve) + f"  {s['seconds']:.0f}"
+            f"{s['row']:<30} {s['seed']:>4}  {final} " + "  ".join(curve) + f"  {s['seconds']:.0f}"
         )
     lines.append("")
-    lines.append("row                seeds  mean   min    max    >=0.9")
+    lines.append("row                            seeds  mean   min    max    >=0.9")
     for row in dict.fromkeys(s["row"] for s in summaries):
         finals = [s["final"] for s in summaries if s["row"] == row and s["final"] is not None]
         if not finals:
-            lines.append(f"{row:<18} none finished")
+            lines.append(f"{row:<30} none finished")
             continue
         hits = sum(f >= 0.9 for f in finals)
         lines.append(
-            f"{row:<18} {len(finals):>5}  {statistics.mean(finals):.3f}  {min(finals):.3f}  "
+            f"{row:<30} {len(finals):>5}  {statistics.mean(finals):.3f}  {min(finals):.3f}  "
             f"{max(finals):.3f}  {hits}/{len(finals)}"
         )
     return "\n".join(lines)
