@@ -18,7 +18,13 @@ import torch
 from ssmbench import ops
 from ssmbench.config import Size
 from ssmbench.models import BACKENDS, build_model
-from ssmbench.models.mamba3 import A_FLOOR, Mamba3Mixer, Mamba3State, build_mixer
+from ssmbench.models.mamba3 import (
+    A_FLOOR,
+    MAMBA3_VARIANTS,
+    Mamba3Mixer,
+    Mamba3State,
+    build_mixer,
+)
 from ssmbench.numerics import assert_close, to_numpy
 from ssmbench.reference import ssd as reference_ssd
 from ssmbench.reference.mamba3 import mamba3 as reference_mamba3
@@ -387,6 +393,23 @@ def test_mamba3_mixer_init_and_options():
     assert theta.abs().max() > math.pi
     with pytest.raises(ValueError, match="unknown A_mode 'complex'.*per-head"):
         Mamba3Mixer(64, A_mode="complex")
+
+
+@pytest.mark.parametrize("name", sorted(MAMBA3_VARIANTS))
+def test_mamba3_named_variants_build_and_continue_their_cache(name):
+    """Every named variant is a Mamba3Mixer of other options: it builds, prefill + step
+    continue its cache, and it is not the benchmark's block."""
+    size = Size(d_model=40, n_layers=1, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
+    torch.manual_seed(4)
+    variant = build_mixer(size, d_state=8, layer=0, **MAMBA3_VARIANTS[name])
+    torch.manual_seed(4)
+    plain = build_mixer(size, d_state=8, layer=0)
+    u = torch.randn(2, 21, 40, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        y, cache = variant(u, "torch")
+        y_last, _ = variant.step(u[:, -1], variant(u[:, :-1], "torch")[1], "torch")
+        assert not torch.allclose(y, plain(u, "torch")[0])
+    assert_close("y_last", y[:, -1], y_last, "fp32")
 
 
 # the mixer against mamba_ssm's Mamba3 module (its forward, its Triton kernels)
