@@ -3,6 +3,7 @@ each row one change from it, several seeds, one training job per (row, seed).
 
     python scripts/bench_mamba3_parity.py [--rows faithful learned-pad] [--seeds 0 1 2]
         [--jobs 2] [--out /tmp/mamba3_parity] [--epochs N]
+    python scripts/bench_mamba3_parity.py --report [--out /tmp/mamba3_parity]
 
 Each job is :func:`ssmbench.tasks.run.run_task` (one thread) on the ``tasks-parity``
 preset's parity spec (config/tasks.yaml: L = 128, 2,000 training sequences x 20 epochs,
@@ -18,7 +19,8 @@ in each record).
 Writes each job's record to ``<out>/<row>-s<seed>.json`` (a job whose record is there is
 not run again) and ``<out>/summary.json`` (per row and seed: final test token accuracy,
 per-epoch test token accuracy and train loss, seconds); prints per seed and per row (mean
-and range of the final test token accuracy, the curve at epochs 1, 5, 10, 15, 20).  The
+and range of the final test token accuracy, the curve at epochs 1, 5, 10, 15, 20).
+``--report`` trains nothing and does the same for every record already in ``<out>``.  The
 output belongs outside the repository: these are experiments, not shipped results.
 """
 
@@ -40,6 +42,7 @@ from ssmbench.models.mamba3 import MAMBA3_VARIANTS
 TASK, FAMILY, PRESET = "parity", "mamba3", "tasks-parity"
 METRIC = "token_accuracy"
 CURVE_EPOCHS = (1, 5, 10, 15, 20)
+ROW_WIDTH = 36  # characters of the row column
 
 # block change -> Mamba3Mixer keyword arguments (none: mamba_ssm's block); the named
 # variants of ssmbench.models.mamba3 are changes too
@@ -113,10 +116,7 @@ def summarize(record: dict) -> dict:
 def table(summaries: list[dict]) -> str:
     """Per seed: final accuracy, the curve at CURVE_EPOCHS, seconds; per row: mean and
     range over its seeds."""
-    lines = [
-        "row                            seed  final   "
-        + "  ".join(f"ep{e:<3}" for e in CURVE_EPOCHS)
-    ]
+    lines = [f"{'row':<{ROW_WIDTH}} seed  final   " + "  ".join(f"ep{e:<3}" for e in CURVE_EPOCHS)]
     lines[0] += "  seconds"
     for s in summaries:
         curve = [
@@ -125,19 +125,21 @@ def table(summaries: list[dict]) -> str:
         ]
         final = "failed" if s["final"] is None else f"{s['final']:.3f} "
         lines.append(
-            f"{s['row']:<30} {s['seed']:>4}  {final} " + "  ".join(curve) + f"  {s['seconds']:.0f}"
+            f"{s['row']:<{ROW_WIDTH}} {s['seed']:>4}  {final} "
+            + "  ".join(curve)
+            + f"  {s['seconds']:.0f}"
         )
     lines.append("")
-    lines.append("row                            seeds  mean   min    max    >=0.9")
+    lines.append(f"{'row':<{ROW_WIDTH}} seeds  mean   min    max    >=0.9")
     for row in dict.fromkeys(s["row"] for s in summaries):
         finals = [s["final"] for s in summaries if s["row"] == row and s["final"] is not None]
         if not finals:
-            lines.append(f"{row:<30} none finished")
+            lines.append(f"{row:<{ROW_WIDTH}} none finished")
             continue
         hits = sum(f >= 0.9 for f in finals)
         lines.append(
-            f"{row:<30} {len(finals):>5}  {statistics.mean(finals):.3f}  {min(finals):.3f}  "
-            f"{max(finals):.3f}  {hits}/{len(finals)}"
+            f"{row:<{ROW_WIDTH}} {len(finals):>5}  {statistics.mean(finals):.3f}  "
+            f"{min(finals):.3f}  {max(finals):.3f}  {hits}/{len(finals)}"
         )
     return "\n".join(lines)
 
@@ -159,6 +161,18 @@ def run(rows: list[str], seeds: list[int], jobs: int, out_dir: str, epochs: int 
     return summaries
 
 
+def report(out_dir: str) -> list:
+    """The summaries of every record in ``out_dir`` (rows this script knows), by row and
+    seed; written to ``<out_dir>/summary.json``."""
+    records = [json.loads(p.read_text()) for p in Path(out_dir).glob("*-s*.json")]
+    records = [r for r in records if r.get("row") in ROWS]
+    order = list(ROWS)
+    records.sort(key=lambda r: (order.index(r["row"]), r["seed"]))
+    summaries = [summarize(r) for r in records]
+    Path(out_dir, "summary.json").write_text(json.dumps(summaries, indent=1))
+    return summaries
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="+", default=["faithful"], choices=list(ROWS))
@@ -166,8 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (one thread each)")
     parser.add_argument("--out", default="/tmp/mamba3_parity")
     parser.add_argument("--epochs", type=int, default=None, help="cut the training (smoke)")
+    parser.add_argument("--report", action="store_true", help="train nothing: the table of --out")
     args = parser.parse_args(argv)
-    print(table(run(args.rows, args.seeds, args.jobs, args.out, args.epochs)))
+    if args.report:
+        print(table(report(args.out)))
+    else:
+        print(table(run(args.rows, args.seeds, args.jobs, args.out, args.epochs)))
     return 0
 
 
