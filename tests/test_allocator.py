@@ -29,7 +29,7 @@ g = torch.Generator().manual_seed(0)
 b, t, h, p, n = 1, 4096, 8, 64, 16
 x, B, C = torch.randn(b, t, h, p, generator=g), *torch.randn(2, b, t, 1, n, generator=g)
 dt, lam = 0.01 + 0.09 * torch.rand(b, t, h, generator=g), torch.rand(b, t, h, generator=g)
-A, theta = -0.5 - 1.5 * torch.rand(h, generator=g), torch.rand(b, t, h, n // 2, generator=g)
+A, theta = -0.5 - 1.5 * torch.rand(b, t, h, generator=g), torch.rand(b, t, h, n // 2, generator=g)
 with torch.inference_mode():
     for i in range(7):
         if i == 2:  # after two warm-up calls

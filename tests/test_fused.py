@@ -311,6 +311,7 @@ def _cpu_calls():
     x, dt = torch.randn(b, t, h, p), torch.rand(b, t, h)
     A, B, C = -torch.rand(h), torch.randn(b, t, g, n), torch.randn(b, t, g, n)
     theta, lam = torch.rand(b, t, h, n // 2), torch.rand(b, t, h)
+    A3 = -torch.rand(b, t, h)  # Mamba-3's A: per token and head
     u, A1, B1 = torch.randn(b, t, d), -torch.rand(d, n), torch.randn(b, t, n)
     q = torch.randn(b, t, h, p)
     return {
@@ -321,9 +322,9 @@ def _cpu_calls():
         ),
         "ssd_fused": lambda: fused.ssd_fused(x, dt, A, B, C),
         "ssd_step_fused": lambda: fused.ssd_step_fused(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0]),
-        "mamba3_fused": lambda: fused.mamba3_fused(x, dt, A, B, C, theta, lam),
+        "mamba3_fused": lambda: fused.mamba3_fused(x, dt, A3, B, C, theta, lam),
         "mamba3_step_fused": lambda: fused.mamba3_step_fused(
-            x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], theta[:, 0], lam[:, 0]
+            x[:, 0], dt[:, 0], A3[:, 0], B[:, 0], C[:, 0], theta[:, 0], lam[:, 0]
         ),
         "delta_rule_fused": lambda: fused.delta_rule_fused(q, q, q, dt),
         "delta_rule_step_fused": lambda: fused.delta_rule_step_fused(
@@ -784,10 +785,11 @@ def test_gpu_selective_scan(with_state):
 
 
 def _mamba3_inputs(seed: int, b: int, t: int, h: int, p: int, g: int, n: int, r: int):
-    x, dt, A, B, C, D, h0 = _ssd_inputs(seed, b, t, h, p, g, n)
+    x, dt, _, B, C, D, h0 = _ssd_inputs(seed, b, t, h, p, g, n)
     gen = torch.Generator().manual_seed(seed + 1)
     theta = _rand(gen, b, t, h, r, low=-2.0, high=2.0)  # |theta| < pi (see mamba3_fused)
     lam = _rand(gen, b, t, h)
+    A = -_rand(gen, b, t, h, low=0.5, high=2.0)  # per token and head
     return x, dt, A, B, C, theta, lam, D, h0
 
 
@@ -813,7 +815,7 @@ def test_gpu_mamba3():
         compare_phase("mamba3_fused.phase", ref_state.phase, state.phase, row),
     ]
     y_t, _ = fused.mamba3_step_fused(
-        x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], theta[:, 0], lam[:, 0], D, state=h0
+        x[:, 0], dt[:, 0], A[:, 0], B[:, 0], C[:, 0], theta[:, 0], lam[:, 0], D, state=h0
     )
     checks.append(compare("mamba3_step_fused.y", ref_y[:, 0], y_t, row))
     _assert_all(checks)

@@ -37,6 +37,7 @@ def op_inputs(op: str, dtype: torch.dtype, seed: int = 0, t: int = 150):
     if op == "ssd":
         return (x, dt, A, B, C, inputs.randn(h)), inputs.randn(b, h, p, n)
     theta, lam = inputs.rand(b, t, h, 2, low=-3.0, high=3.0), inputs.rand(b, t, h, low=0, high=1)
+    A = A * inputs.rand(b, t, h, low=0.5, high=1.5)  # Mamba-3's A: per token and head
     return (x, dt, A, B, C, theta, lam, inputs.randn(h)), inputs.randn(b, h, p, n)
 
 

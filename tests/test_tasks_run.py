@@ -90,3 +90,16 @@ def test_a_stopped_run_s_unfinished_jobs_are_not_run_rows():
     rows = tasks_table([finished, *extra]).query("headline")
     assert list(rows.status) == ["ok", "not_run"] and list(rows.seed) == [0, 1]
     assert rows.value.isna().tolist() == [False, True] and rows.reason.iloc[1] == why
+
+
+def test_a_job_with_model_options_trains_that_model_and_records_them():
+    """model_options reach the model (a named variant of the block, a learned PAD row) and
+    the record's model says so; the record is still a valid one."""
+    options = {"mixer_options": {"A_mode": "per-head"}, "learned_pad": True}
+    record = job("parity", family="mamba3", model_options=options)
+    assert record["status"] == "ok", record["reason"]
+    assert record["model"] == {**PLAN.tasks.spec("parity")["models"]["mamba3"], **options}
+    validate_task_record(record)
+    plain = job("parity", family="mamba3")
+    assert plain["model"] == PLAN.tasks.spec("parity")["models"]["mamba3"]
+    assert plain["final"] != record["final"]  # another model

@@ -13,6 +13,7 @@ from torch import nn
 
 from ssmbench.registry import FAMILIES
 from ssmbench.tasks.base import IGNORE, METRICS, PAD, TaskData
+from ssmbench.tasks.data import make
 from ssmbench.tasks.model import (
     REQUIRED_KEYS,
     STUDY_ENTRY,
@@ -209,6 +210,40 @@ def test_n_parameters_counts_every_tensor_once():
     # embedding 8x16, head 16x8+8, per layer qkv 16x48 and out 16x16 (no biases) and a norm
     # of 16; the final norm 16
     assert n_parameters(model) == 8 * 16 + (16 * 8 + 8) + 2 * (16 * 48 + 16 * 16 + 16) + 16
+
+
+def test_build_task_model_builds_a_named_variant_from_mixer_options():
+    """mixer_options reach every layer's build_mixer; none builds the benchmark's block;
+    a family whose build_mixer takes no options refuses them."""
+    data = copy_previous(2)
+    plain = build_task_model("mamba3", TINY["mamba3"], data, seed=1)
+    variant = build_task_model(
+        "mamba3", TINY["mamba3"], data, seed=1, mixer_options={"A_mode": "per-head"}
+    )
+    assert all(m.A_mode == "data" and not hasattr(m, "A_log") for m in plain.stack.mixers)
+    assert all(m.A_mode == "per-head" and hasattr(m, "A_log") for m in variant.stack.mixers)
+    assert len(variant.stack.mixers) == TINY["mamba3"]["n_layers"]
+    with pytest.raises(TypeError, match="A_mode"):
+        build_task_model("mamba2", TINY["mamba2"], data, mixer_options={"A_mode": "per-head"})
+
+
+@pytest.mark.parametrize("family", ["mamba", "mamba2", "mamba3"])
+def test_gated_blocks_are_blind_to_a_zero_pad_row_and_see_a_learned_one(family):
+    """Parity's bit 0 is PAD's id: with PAD's row zero, a gated block without input bias
+    outputs zero there in every layer, so every bit-0 position gets the same logits
+    whatever the weights; with learned_pad they differ with the prefix."""
+    data = make("parity", "train", 4, seed=0, seq_len=24)
+    inputs = torch.as_tensor(data.inputs)
+    assert (inputs == PAD).sum() > 10
+    for learned_pad in (False, True):
+        model = build_task_model(family, TINY[family], data, seed=3, learned_pad=learned_pad)
+        with torch.no_grad():
+            for param in model.stack.parameters():  # any weights, biases included
+                param.add_(0.3 * torch.randn(param.shape, generator=torch.Generator()))
+            at_pad = model(inputs)[inputs == PAD]  # (positions, classes)
+        spread = (at_pad - at_pad[0]).abs().max()
+        assert (spread == 0) if not learned_pad else (spread > 1e-3), (learned_pad, spread)
+    assert not model.embed.weight[PAD].eq(0).all()
 
 
 def test_build_task_model_refuses_an_unknown_backend():

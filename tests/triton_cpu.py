@@ -86,3 +86,23 @@ def stub_selective_scan_cuda() -> None:
     ``selective_scan_ref`` next to it.  Calling the CUDA kernel would raise
     AttributeError."""
     sys.modules.setdefault("selective_scan_cuda", types.ModuleType("selective_scan_cuda"))
+
+
+def exact_mamba3_helpers() -> None:
+    """mamba_ssm's Mamba-3 kernels with exact math where they use PTX approximations.
+
+    Its ``ops/triton/mamba3/utils.py`` computes cos, sin, tanh and sech^2 with
+    ``tl.inline_asm_elementwise`` (``cos.approx.f32`` and the like), which the interpreter
+    cannot run (NotImplementedError).  The kernel modules import those helpers by name,
+    and the interpreter calls a kernel as Python with its module's globals, so each name
+    is rebound, in every kernel module that has it, to the exact Triton function of
+    tests/triton_exact.py.  Everything else in the kernels (the TMA descriptors included)
+    runs as written.  Call after :func:`install` (the functions are jitted on import)."""
+    from ssmbench.models import fused
+    from tests import triton_exact
+
+    for name in ("utils", "angle_dt", "mamba3_siso_fwd", "mamba3_siso_bwd", "mamba3_siso_step"):
+        module = fused._mamba_ssm(f"ops.triton.mamba3.{name}")
+        for helper, function in triton_exact.MAMBA3_HELPERS.items():
+            if hasattr(module, helper):
+                setattr(module, helper, function)

@@ -20,7 +20,8 @@ Conventions (stated once, used everywhere):
   Mamba-2 SSD ``5 p n + 3 p``: dt x (p), its outer product with B (p n), the decay
   times h (p n), their sum (p n), the readout C h (2 p n) and the D skip (2 p);
   Mamba-3 ``7 p n + 4 p + 14 r`` for r rotated pairs (the same plus the trapezoid's second
-  outer product and its weights, the phase update and two complex rotations);
+  outer product and its weights, the phase update and two complex rotations; its decay
+  rate A per token is a projection, counted with the others, and elementwise after it);
   the gated delta rule ``7 k v + 2 v``, written S' = a S, S = S' + beta k (v - S'^T k)^T:
   the decay (k v), S'^T k (2 k v), v minus it and times beta (2 v), the rank-1 update
   (2 k v) and the readout S^T q (2 k v);
@@ -149,11 +150,13 @@ def layer(
         P = size.head_dim
         H = E // P
         r = rotation_pairs(N)
+        # in_proj: z, x (H P each), B, C (N each), dt, A, lam (H each: A per token), r angles
+        in_proj = D * (2 * H * P + 2 * N + 3 * H + r)
         return Layer(
-            params=D + D * (2 * H * P + 2 * N + 2 * H + r) + 2 * N + 2 * H * N + 3 * H + H * P * D,
+            params=D + in_proj + 2 * N + 2 * H * N + 2 * H + H * P * D,
             cache=batch * H * (P * N + r + N + P),  # ssm, phase, last B and x
             terms={
-                "proj": 2 * bT * (D * (2 * H * P + 2 * N + 2 * H + r) + H * P * D),
+                "proj": 2 * bT * (in_proj + H * P * D),
                 "scan": bT * H * (7 * P * N + 4 * P + 14 * r),
             },
         )

@@ -15,8 +15,9 @@ C, n state size, r rotation angles); each op returns its output and final state,
   ``(d,)``; state ``(b, d, n)``.
 - ``ssd(x, dt, A, B, C, D, chunk_size, initial_state)`` (Mamba-2): x ``(b, t, h, p)``; dt
   ``(b, t, h)``; A, D ``(h,)``; B, C ``(b, t, g, n)``; state ``(b, h, p, n)``.
-- ``mamba3(x, dt, A, B, C, theta, lam, D, chunk_size, initial_state)``: as ``ssd`` plus
-  theta ``(b, t, h, r)`` and lam ``(b, t, h)``; the state a ``Mamba3State``.
+- ``mamba3(x, dt, A, B, C, theta, lam, D, chunk_size, initial_state)``: as ``ssd`` but A
+  ``(b, t, h)`` (a decay rate per token and head), plus theta ``(b, t, h, r)`` and lam
+  ``(b, t, h)``; the state a ``Mamba3State``.
 - ``delta_rule(q, k, v, beta, g, chunk_size, initial_state)`` ((Gated) DeltaNet): q, k
   ``(b, t, h, k)``; v ``(b, t, h, v)``; beta, g ``(b, t, h)``; state ``(b, h, k, v)``.
 - ``s4d(u, log_dt, A, C, D, initial_state)``: u ``(b, t, h)``; log_dt, D ``(h,)``; A, C
@@ -140,15 +141,21 @@ def ssd_step(x, dt, A, B, C, D=None, state=None, backend="torch"):
 
 
 def mamba3(x, dt, A, B, C, theta, lam, D=None, chunk_size=64, initial_state=None, backend="torch"):
-    """Mamba-3 SISO: as :func:`ssd`, plus theta ``(b, t, h, n/2)`` rotation angles and
-    lam ``(b, t, h)`` in [0, 1] (trapezoidal weight).  See :func:`ssmbench.reference.mamba3`."""
+    """Mamba-3 SISO: x ``(b, t, h, p)``; dt ``(b, t, h)`` positive; A ``(b, t, h)``
+    negative, per token and head (not per head as :func:`ssd`'s); B, C ``(b, t, g, n)``;
+    theta ``(b, t, h, r)`` angle rates, ``2 r <= n``; lam ``(b, t, h)`` in [0, 1]
+    (trapezoidal weight); D ``(h,)``; state a ``Mamba3State`` (or a bare ``(b, h, p, n)``
+    SSM state) -> ``(y (b, t, h, p), Mamba3State)``.  See
+    :func:`ssmbench.reference.mamba3`."""
     fn = pick_backend(_family("mamba3").MAMBA3_BACKENDS, backend, "mamba3")
     return fn(x, dt, A, B, C, theta, lam, D=D, chunk_size=chunk_size, initial_state=initial_state)
 
 
 def mamba3_step(x, dt, A, B, C, theta, lam, D=None, state=None, backend="torch"):
-    """One token of Mamba-3 (the state also carries what the trapezoidal rule needs from
-    the previous token; see :mod:`ssmbench.models.mamba3`)."""
+    """One token of Mamba-3: x ``(b, h, p)``; dt, A, lam ``(b, h)``; B, C ``(b, g, n)``;
+    theta ``(b, h, r)``; D ``(h,)``; state a ``Mamba3State`` or None -> ``(y (b, h, p),
+    Mamba3State)`` (the state also carries what the trapezoidal rule needs from the
+    previous token; see :mod:`ssmbench.models.mamba3`)."""
     fn = pick_backend(_family("mamba3").MAMBA3_STEP_BACKENDS, backend, "mamba3_step")
     return fn(x, dt, A, B, C, theta, lam, D=D, state=state)
 

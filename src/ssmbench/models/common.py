@@ -52,12 +52,13 @@ DT_INIT_FLOOR = 1e-4
 A_INIT_RANGE = (1.0, 16.0)
 
 
-def dt_bias_init(n: int) -> torch.Tensor:
+def dt_bias_init(n: int, dt_range: tuple[float, float] = DT_INIT_RANGE) -> torch.Tensor:
     """``(n,)`` biases of the step size, as mamba_ssm initialises them (Mamba, Mamba-2,
-    Mamba-3, and Gated DeltaNet's decay gate): dt log-uniform in DT_INIT_RANGE, at least
-    DT_INIT_FLOOR, stored as its inverse softplus, so that ``softplus(0 + bias)`` is dt.
-    Draws ``n`` numbers from torch's global generator."""
-    dt_min, dt_max = DT_INIT_RANGE
+    Mamba-3, and Gated DeltaNet's decay gate): dt log-uniform in ``dt_range`` (mamba_ssm's
+    ``dt_min``, ``dt_max``; DT_INIT_RANGE by default), at least DT_INIT_FLOOR, stored as
+    its inverse softplus, so that ``softplus(0 + bias)`` is dt.  Draws ``n`` numbers from
+    torch's global generator."""
+    dt_min, dt_max = dt_range
     log_dt = torch.rand(n) * (math.log(dt_max) - math.log(dt_min))
     dt = torch.exp(log_dt + math.log(dt_min)).clamp(min=DT_INIT_FLOOR)  # (n)
     return inverse_softplus(dt)

@@ -456,14 +456,15 @@ def _mamba3_check(x: torch.Tensor, B: torch.Tensor, theta: torch.Tensor) -> None
 def _mamba3_inputs(dt, A, lam, theta, h: int, n: int):
     """Our (dt, A, lam, theta) as mamba_ssm's (ADT, DT, Trap, Angles) and a zero bias.
 
-    - ADT = dt A and DT = dt, float32, time last: ``(.., h, t)`` (or ``(b, h)`` for a step);
+    - ADT = dt A per token and head and DT = dt, float32, time last: ``(b, h, t)`` (or
+      ``(b, h)`` for a step), from dt and A ``(b, t, h)`` (or ``(b, h)``);
     - Trap: the kernel applies a sigmoid to it, so Trap = logit(lam), clamped to +-30
       (sigmoid(30) = 1 in float32) so that lam = 0 and 1 stay finite;
     - Angles: the kernel turns them into the rate pi tanh(angle), so Angles = atanh(theta
       / pi); theta must lie in (-pi, pi) (mamba_ssm's blocks produce only such rates).
     """
     dt32 = dt.float()
-    adt = dt32 * A.float()  # (b t h) or (b h)
+    adt = dt32 * A.float()  # dt_t A_t, (b t h) or (b h)
     trap = torch.logit(lam.float()).clamp(-30.0, 30.0)
     angles = torch.atanh(theta.float() / math.pi)  # (b t h r) or (b h r)
     bias = torch.zeros(h, n, device=dt.device, dtype=torch.float32)  # (h n)
@@ -500,7 +501,7 @@ def mamba3_fused(
     """Mamba-3 SISO by mamba_ssm's Triton ``mamba3_siso_combined`` (CUDA only, bf16).
 
     Args:
-        as :func:`ssmbench.ops.mamba3`: x ``(b, t, h, p)``; dt, lam ``(b, t, h)``; A, D
+        as :func:`ssmbench.ops.mamba3`: x ``(b, t, h, p)``; dt, A, lam ``(b, t, h)``; D
             ``(h,)``; B, C ``(b, t, g, n)``; theta ``(b, t, h, r)`` with |theta| < pi;
             initial_state a :class:`Mamba3State`, a bare ``(b, h, p, n)`` state or None.
 
@@ -549,7 +550,7 @@ def mamba3_step_fused(
     """One token of Mamba-3 by mamba_ssm's Triton ``mamba3_siso_step`` (CUDA only, bf16).
 
     Args:
-        as :func:`ssmbench.ops.mamba3_step`: x ``(b, h, p)``; dt, lam ``(b, h)``; A, D
+        as :func:`ssmbench.ops.mamba3_step`: x ``(b, h, p)``; dt, A, lam ``(b, h)``; D
             ``(h,)``; B, C ``(b, g, n)``; theta ``(b, h, r)``; state as :func:`mamba3_fused`.
 
     Returns:

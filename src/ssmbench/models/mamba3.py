@@ -16,14 +16,16 @@ The recurrence (exponential-trapezoidal rule, complex state by rotating B and C)
 
     phi_t = phi_{t-1} + dt_t theta_t                          cumulative phase, (b h r)
     B~_t = R(phi_t) B_t,  C~_t = R(phi_t) C_t                 "RoPE trick"
-    alpha_t = exp(dt_t A),  beta_t = (1 - lam_t) dt_t alpha_t,  gamma_t = lam_t dt_t
+    alpha_t = exp(dt_t A_t),  beta_t = (1 - lam_t) dt_t alpha_t,  gamma_t = lam_t dt_t
     h_t = alpha_t h_{t-1} + beta_t x_{t-1} B~_{t-1}^T + gamma_t x_t B~_t^T
     y_t = h_t C~_t + D x_t
 
 R(phi) rotates the state channel pairs (2i, 2i+1) for i < r by phi_i (``(v0, v1) ->
 (v0 cos - v1 sin, v0 sin + v1 cos)``, mamba_ssm's SISO convention); the other channels are
-not rotated.  See :mod:`ssmbench.reference.mamba3` for the float64 truth.  With lam = 1 and
-theta = 0 this is exactly Mamba-2's SSD.
+not rotated.  A_t < 0 is a decay rate per token and head (mamba_ssm's block projects it
+from the token, as dt): the operator takes A ``(b, t, h)``, its step ``(b, h)``.  See
+:mod:`ssmbench.reference.mamba3` for the float64 truth.  With lam = 1, theta = 0 and A the
+same at every token this is exactly Mamba-2's SSD.
 
 The state (:class:`Mamba3State`, a NamedTuple, also the mixer's cache) is
 ``(ssm (b, h, p, n), phase (b, h, r), B_prev (b, h, n), x_prev (b, h, p))``: the SSM state
@@ -47,11 +49,11 @@ x and the state in the compute dtype.  ``mamba3_mixed`` (the ``torch-mixed`` bac
 ``mamba3_torch`` with the SSD's in-chunk matmuls in bf16 (fp32 accumulation, decays and
 state); its decode step is ``mamba3_step``.
 
-What this file leaves out: MIMO (rank > 1) Mamba-3; mamba_ssm's data-dependent A (the
-operator takes A ``(h,)`` as DESIGN.md says, so the block learns one A per head, as
-Mamba-2); the optional gated output norm (``is_outproj_norm``, off by default in
-mamba_ssm); variable-length packed batches; reduction of the phase mod 2 pi (mamba_ssm
-keeps it in [0, 2 pi); the rotation is the same); any fused kernel.
+What this file leaves out: MIMO (rank > 1) Mamba-3; more than one B/C group in the block
+(mamba_ssm's ``ngroups``, 1 by default; the operator takes any g); the optional gated
+output norm (``is_outproj_norm``, off by default in mamba_ssm); variable-length packed
+batches; reduction of the phase mod 2 pi (mamba_ssm keeps it in [0, 2 pi); the rotation
+is the same); any fused kernel (:mod:`ssmbench.models.fused` wraps mamba_ssm's).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from ssmbench.counts import rotation_pairs
 from ssmbench.models import fused
 from ssmbench.models.common import (
     A_INIT_RANGE,
+    DT_INIT_RANGE,
     RandomDraws,
     RMSNorm,
     cumsum,
@@ -81,6 +84,7 @@ from ssmbench.reference.mamba3 import Mamba3State
 __all__ = [
     "MAMBA3_BACKENDS",
     "MAMBA3_STEP_BACKENDS",
+    "A_FLOOR",
     "Mamba3Mixer",
     "Mamba3State",
     "build_mixer",
@@ -105,9 +109,10 @@ def _check_shapes(x, dt, A, B, C, theta, lam, D, token: bool = False) -> None:
         raise ValueError(f"heads h={h} are not divisible by groups g={g}")
     if dt.shape != (*lead, h) or lam.shape != (*lead, h):
         raise ValueError(f"dt {tuple(dt.shape)} and lam {tuple(lam.shape)} must be {(*lead, h)}")
-    if A.shape != (h,) or (D is not None and D.shape != (h,)):
-        D_shape = None if D is None else tuple(D.shape)
-        raise ValueError(f"A and D must be ({h},), got {tuple(A.shape)} and {D_shape}")
+    if A.shape != (*lead, h):
+        raise ValueError(f"A must be {(*lead, h)} (per token and head), got {tuple(A.shape)}")
+    if D is not None and D.shape != (h,):
+        raise ValueError(f"D must be ({h},), got {tuple(D.shape)}")
     if theta.dim() != x.dim() or theta.shape[:-1] != (*lead, h) or 2 * theta.shape[-1] > n:
         raise ValueError(f"theta must be {(*lead, h, 'r')} with 2 r <= n={n}, got {theta.shape}")
 
@@ -206,7 +211,7 @@ def mamba3_naive(
     then a Python loop over time with one small state update per token.
 
     Args:
-        x: ``(b, t, h, p)``; dt: ``(b, t, h)``, positive; A: ``(h,)``, negative;
+        x: ``(b, t, h, p)``; dt: ``(b, t, h)``, positive; A: ``(b, t, h)``, negative;
             B, C: ``(b, t, g, n)``, h divisible by g; theta: ``(b, t, h, r)`` angle rates,
             ``2 r <= n``; lam: ``(b, t, h)`` in [0, 1]; D: ``(h,)`` or None.  One float
             dtype for all.
@@ -223,7 +228,7 @@ def mamba3_naive(
     b, T, h, p = x.shape
     state = _initial_state(initial_state, b, h, p, B.shape[-1], theta.shape[-1], x)
     phase, B_rot, C_rot = _rotated_inputs(x, dt, B, C, theta, state.phase)
-    alpha = torch.exp(dt * A)  # (b t h)
+    alpha = torch.exp(dt * A)  # alpha_t = exp(dt_t A_t), (b t h)
     beta = (1 - lam) * dt * alpha  # (b t h)
     gamma = lam * dt  # (b t h)
 
@@ -271,7 +276,7 @@ def mamba3_torch(
            h_t = sum_{s <= t} exp(a_{s+1} + ... + a_t) w_s x_s B~_s^T  -  e_t x_t B~_t^T
            w_s = gamma_s + e_s,   e_s = (1 - lam_{s+1}) dt_{s+1}   (e_{T-1} = 0)
 
-       with a_t = dt_t A: one SSD with input weight w (put on B) whose token-to-itself
+       with a_t = dt_t A_t: one SSD with input weight w (put on B) whose token-to-itself
        term is corrected by -e_t (C~_t . B~_t) x_t in y (mamba_ssm's SISO kernel does the
        same).  The state that the chunks pass on holds the e_t term already; the final one
        has e_{T-1} = 0.  The initial state's beta term beta_0 x_prev B_prev^T joins the
@@ -315,10 +320,11 @@ def _mamba3_chunked(x, dt, A, B, C, theta, lam, D, chunk_size, initial_state, ma
         "bhp,bhn->bhpn", state.x_prev, state.B_prev
     )  # (b h p n)
 
-    # 3. chunked SSD, with input weight w_t = gamma_t + e_t and the diagonal as its skip
+    # 3. chunked SSD, with log-decay a_t = dt_t A_t, input weight w_t = gamma_t + e_t and
+    #    the diagonal as its skip
     y, ssm = chunked_scan(
         x,
-        dt * A,
+        dt * A,  # (b t h)
         B_rot,
         C_rot,
         chunk_size,
@@ -371,7 +377,7 @@ def mamba3_step(
     """One token of Mamba-3 (the recurrent form, for decode); both backends share it.
 
     Args:
-        x: ``(b, h, p)``; dt, lam: ``(b, h)``; A, D: ``(h,)``; B, C: ``(b, g, n)``;
+        x: ``(b, h, p)``; dt, A, lam: ``(b, h)``; D: ``(h,)``; B, C: ``(b, g, n)``;
             theta: ``(b, h, r)``; state: a :class:`Mamba3State`, a bare ``(b, h, p, n)``
             SSM state, or None for zeros (no previous token).
 
@@ -387,7 +393,7 @@ def mamba3_step(
     phase = state.phase + dt[..., None] * theta  # phi_t, (b h r)
     turn = _turn(phase)  # (b h r) complex
     B_rot, C_rot = _rotate_heads(B, turn), _rotate_heads(C, turn)  # (b h n)
-    alpha = torch.exp(dt * A)  # (b h)
+    alpha = torch.exp(dt * A)  # alpha_t = exp(dt_t A_t), (b h)
     beta = (1 - lam) * dt * alpha  # (b h)
     gamma = lam * dt  # (b h)
     ssm = (
@@ -434,16 +440,16 @@ def random_inputs(
 ) -> dict[str, torch.Tensor | Mamba3State]:
     """Random arguments of :func:`mamba3_torch` (its other backends and its step alike) by
     name, drawn from ``draws`` in this order: x ``(b, t, h, p)`` standard normal; dt
-    ``(b, t, h)`` uniform in ``dt_range``; A ``(h,)`` uniform in [-2, -0.5]; B, C ``(b, t,
-    g, n)`` with variance 1 / n (C . B and the outputs O(1), as
-    :func:`ssmbench.models.mamba2.random_inputs`); theta ``(b, t, h, r)`` uniform in
-    +-THETA_MAX; lam ``(b, t, h)`` uniform in [0, 1]; the initial :class:`Mamba3State`
-    (ssm ``(b, h, p, n)``, phase ``(b, h, r)``, B_prev ``(b, h, n)``, x_prev ``(b, h, p)``)
-    and D ``(h,)``, standard normal.  ``dt_range`` sets how steep the decays are, as in
-    Mamba-2's."""
+    ``(b, t, h)`` uniform in ``dt_range``; A ``(b, t, h)`` (per token, as the block makes
+    it) uniform in [-2, -0.5]; B, C ``(b, t, g, n)`` with variance 1 / n (C . B and the
+    outputs O(1), as :func:`ssmbench.models.mamba2.random_inputs`); theta ``(b, t, h, r)``
+    uniform in +-THETA_MAX; lam ``(b, t, h)`` uniform in [0, 1]; the initial
+    :class:`Mamba3State` (ssm ``(b, h, p, n)``, phase ``(b, h, r)``, B_prev ``(b, h, n)``,
+    x_prev ``(b, h, p)``) and D ``(h,)``, standard normal.  ``dt_range`` sets how steep
+    the decays are, as in Mamba-2's."""
     x = draws.randn(b, t, h, p)
     dt = draws.rand(b, t, h, low=dt_range[0], high=dt_range[1])
-    A = -draws.rand(h, low=0.5, high=2.0)
+    A = -draws.rand(b, t, h, low=0.5, high=2.0)
     B = draws.randn(b, t, g, n, scale=n**-0.5)
     C = draws.randn(b, t, g, n, scale=n**-0.5)
     theta = draws.rand(b, t, h, r, low=-THETA_MAX, high=THETA_MAX)
@@ -465,25 +471,58 @@ def random_inputs(
     }
 
 
-class Mamba3Mixer(nn.Module):
-    """The Mamba-3 SISO mixer, as mamba_ssm's ``Mamba3`` module (no short conv: Mamba-3
-    drops it):
+# -A_t >= A_FLOOR: the slowest decay a token may ask for (mamba_ssm's Mamba3 ``A_floor``)
+A_FLOOR = 1e-4
+# Mamba3Mixer's A_mode: mamba_ssm's data-dependent A, or one learned A per head
+A_MODES = ("data", "per-head")
+# Named variants of the block: name -> Mamba3Mixer keyword arguments (the benchmark's
+# ``mamba3`` is the block with none of them).  "wide-dt-unbounded-angle": dt initialised
+# log-uniform in [0.1, 1] instead of [1e-3, 0.1], and theta the angle projection itself
+# instead of pi tanh(.).  Parity wants a half turn of the state per 1 bit, dt theta = pi,
+# which |theta| < pi reaches only at dt > 1, ten times the largest initial dt.  On parity
+# at the study's settings, with the task model's learned_pad, it reached >= 0.97 test token
+# accuracy in 5 of 5 seeds, mamba_ssm's block >= 0.9 in 2 of 5, each of its two changes
+# alone 4 and 2 of 5 (scripts/bench_mamba3_parity.py)
+MAMBA3_VARIANTS: dict[str, dict] = {
+    "wide-dt-unbounded-angle": {"dt_range": (0.1, 1.0), "angle_bound": None},
+}
 
-        z, x, B, C, dt, lam, theta = in_proj(u)      one projection, no bias
+
+class Mamba3Mixer(nn.Module):
+    """The Mamba-3 SISO mixer: mamba_ssm 2.3.2's ``Mamba3`` module with its defaults
+    (``is_mimo=False``, ``ngroups=1``, ``rope_fraction=0.5``, ``is_outproj_norm=False``);
+    no short conv (Mamba-3 drops it).  Per token (u ``(..., d_model)``):
+
+        z, x, B, C, dd_dt, dd_A, trap, angle = in_proj(u)   one projection, no bias
         B = RMSNorm(B) + B_bias,  C = RMSNorm(C) + C_bias    QK-norm-like, biases per head
-        dt = softplus(dt + dt_bias),  lam = sigmoid(lam),  theta = pi tanh(theta)
+        dt = softplus(dd_dt + dt_bias)                       (... h)
+        A = min(-softplus(dd_A), -A_FLOOR)                   (... h): per token and head
+        lam = sigmoid(trap),  theta = pi tanh(angle)         (... h), (... r) for all heads
         y, state = mamba3(x, dt, A, B, C, theta, lam, D)
         out = out_proj(y * silu(z))
 
     Sizes: p = head_dim, h = (expand * d_model) // p heads, d_inner = h p (the expanded
-    width rounded down to whole heads), n = d_state, one B/C group (g = 1), which the
-    per-head biases turn into per-head B and C (the op sees g = h); r = n/4 rotation angles
-    shared by all heads (mamba_ssm's rope_fraction 0.5).
+    width rounded down to whole heads; mamba_ssm asserts it divides), n = d_state, one
+    B/C group (g = 1), which the per-head biases turn into per-head B and C (the op sees
+    g = h); r = :func:`~ssmbench.counts.rotation_pairs` (n) = n/4 angles shared by all
+    heads (mamba_ssm: rope_fraction 0.5 of n, made even, halved).  in_proj's outputs are
+    in mamba_ssm's order, so its weight copies across row for row.
 
-    Init as mamba_ssm: dt log-uniform in DT_INIT_RANGE stored as softplus^-1 in dt_bias,
-    B_bias = C_bias = 1, D = 1, RMSNorm weights 1.  A is one learned value per head
-    (mamba_ssm projects a data-dependent A; the operator here takes A ``(h,)``), drawn
-    uniform in A_INIT_RANGE = [1, 16] as Mamba-2's and stored as log(-A).
+    Init as mamba_ssm: in_proj and out_proj as torch's ``nn.Linear`` (weights uniform in
+    +-1/sqrt(fan_in), no bias); dd_A has no init of its own (rows of in_proj), so at init
+    A = -softplus(w . u) with w . u near 0, about -log 2 = -0.69; dt log-uniform in
+    DT_INIT_RANGE, at least DT_INIT_FLOOR, stored as softplus^-1 in dt_bias; B_bias =
+    C_bias = 1; D = 1; RMSNorm weights 1, eps 1e-5.
+
+    Options that change the block (each off by default, i.e. mamba_ssm's; the parity
+    ablation of scripts/bench_mamba3_parity.py and :data:`MAMBA3_VARIANTS` use them):
+
+    - ``dt_range``: dt's init range (mamba_ssm's ``dt_min``, ``dt_max``);
+    - ``A_mode``: ``"data"`` (mamba_ssm's, above) or ``"per-head"``: one learned A per head,
+      -A uniform in A_INIT_RANGE = [1, 16] stored as A_log (Mamba-2's), the same at every
+      token; in_proj then has no dd_A rows;
+    - ``angle_bound``: theta = angle_bound tanh(angle) (pi, mamba_ssm's), or None for the
+      unbounded theta = angle.
     """
 
     def __init__(
@@ -493,8 +532,16 @@ class Mamba3Mixer(nn.Module):
         expand: int = 2,
         head_dim: int = 64,
         chunk_size: int = 64,
+        *,
+        dt_range: tuple[float, float] = DT_INIT_RANGE,
+        A_mode: str = "data",
+        angle_bound: float | None = math.pi,
     ):
         super().__init__()
+        if A_mode not in A_MODES:
+            raise ValueError(f"unknown A_mode {A_mode!r}; known: {list(A_MODES)}")
+        self.A_mode = A_mode
+        self.angle_bound = angle_bound
         self.nheads = (expand * d_model) // head_dim  # H
         if self.nheads < 1:
             raise ValueError(f"expand * d_model = {expand * d_model} is less than one head")
@@ -504,49 +551,59 @@ class Mamba3Mixer(nn.Module):
         self.n_angles = rotation_pairs(d_state)  # R
         self.chunk_size = chunk_size
 
-        # order [z, x, B, C, dt, lam, theta], as mamba_ssm's less its dd_A
+        # mamba_ssm's order: [z, x, B, C, dd_dt, dd_A, trap, angle]
         self.split = [
             self.d_inner,
             self.d_inner,
             d_state,
             d_state,
             self.nheads,
+            self.nheads if A_mode == "data" else 0,  # dd_A
             self.nheads,
             self.n_angles,
         ]
+        # drawn in mamba_ssm's order (in_proj, dt, then out_proj; the rest draws nothing),
+        # so that one seed gives both modules the same weights
         self.in_proj = nn.Linear(d_model, sum(self.split), bias=False)
-        self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
-        self.B_norm = RMSNorm(d_state)
-        self.C_norm = RMSNorm(d_state)
+        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads, dt_range))
         self.B_bias = nn.Parameter(torch.ones(self.nheads, d_state))
         self.C_bias = nn.Parameter(torch.ones(self.nheads, d_state))
-
-        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads))
-        A = torch.empty(self.nheads).uniform_(*A_INIT_RANGE)  # (h)
-        self.A_log = nn.Parameter(torch.log(A))
+        self.B_norm = RMSNorm(d_state, eps=1e-5)
+        self.C_norm = RMSNorm(d_state, eps=1e-5)
         self.D = nn.Parameter(torch.ones(self.nheads))
+        self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
+        if A_mode == "per-head":
+            A = torch.empty(self.nheads).uniform_(*A_INIT_RANGE)  # -A, (h)
+            self.A_log = nn.Parameter(torch.log(A))
 
     def _op_inputs(self, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """z, x ``(..., h, p)``; B, C ``(..., h, n)``; dt, lam ``(..., h)``;
-        theta ``(..., h, r)``; A ``(h,)`` from the block input u ``(..., d_model)``."""
-        z, x, B, C, dt, lam, theta = torch.split(self.in_proj(u), self.split, dim=-1)
+        """z, x ``(..., h, p)``; B, C ``(..., h, n)``; dt, A, lam ``(..., h)``;
+        theta ``(..., h, r)`` from the block input u ``(..., d_model)``."""
+        z, x, B, C, dd_dt, dd_A, trap, angle = torch.split(self.in_proj(u), self.split, dim=-1)
         z = z.unflatten(-1, (self.nheads, self.head_dim))  # (... h p)
         x = x.unflatten(-1, (self.nheads, self.head_dim))  # (... h p)
         B = self.B_norm(B)[..., None, :] + self.B_bias  # (... h n)
         C = self.C_norm(C)[..., None, :] + self.C_bias  # (... h n)
-        dt = F.softplus(dt + self.dt_bias)  # (... h)
-        lam = torch.sigmoid(lam)  # (... h)
-        theta = math.pi * torch.tanh(theta)  # (... r)
+        dt = F.softplus(dd_dt + self.dt_bias)  # (... h)
+        if self.A_mode == "data":
+            (dd_A,) = widen(dd_A)  # mamba_ssm takes A in float32
+            A = (-F.softplus(dd_A)).clamp(max=-A_FLOOR)  # (... h)
+        else:
+            A = (-torch.exp(self.A_log)).expand_as(dt)  # (... h), the same at every token
+        lam = torch.sigmoid(trap)  # (... h)
+        if self.angle_bound is None:
+            theta = angle  # (... r)
+        else:
+            theta = self.angle_bound * torch.tanh(angle)  # (... r)
         theta = theta[..., None, :].expand(*theta.shape[:-1], self.nheads, self.n_angles)
-        A = -torch.exp(self.A_log)  # (h)
-        return z, x, B, C, dt, lam, theta, A
+        return z, x, B, C, dt, A, lam, theta
 
     def forward(self, u: torch.Tensor, backend: str) -> tuple[torch.Tensor, Mamba3State]:
         """u: ``(b, t, d_model)`` -> y ``(b, t, d_model)`` and the cache, the op's final
         :class:`Mamba3State` ``(ssm (b, h, p, n), phase (b, h, r), B_prev (b, h, n),
         x_prev (b, h, p))``, which :meth:`step` continues from."""
         op = pick_backend(MAMBA3_BACKENDS, backend, "Mamba3Mixer")
-        z, x, B, C, dt, lam, theta, A = self._op_inputs(u)
+        z, x, B, C, dt, A, lam, theta = self._op_inputs(u)
         y, state = op(x, dt, A, B, C, theta, lam, D=self.D, chunk_size=self.chunk_size)
         y = y * F.silu(z)  # (b t h p)
         return self.out_proj(y.flatten(-2)), state
@@ -557,19 +614,21 @@ class Mamba3Mixer(nn.Module):
         """u_t: ``(b, d_model)``, cache from :meth:`forward` or the last step (or None for
         an empty one) -> y_t ``(b, d_model)`` and the updated cache."""
         step = pick_backend(MAMBA3_STEP_BACKENDS, backend, "Mamba3Mixer.step")
-        z, x, B, C, dt, lam, theta, A = self._op_inputs(u_t)
+        z, x, B, C, dt, A, lam, theta = self._op_inputs(u_t)
         y, state = step(x, dt, A, B, C, theta, lam, D=self.D, state=cache)
         y = y * F.silu(z)  # (b h p)
         return self.out_proj(y.flatten(-2)), state
 
 
-def build_mixer(size: Size, d_state: int, layer: int) -> Mamba3Mixer:
+def build_mixer(size: Size, d_state: int, layer: int, **options) -> Mamba3Mixer:
     """The Mamba-3 mixer of a run's size preset (``layer`` unused): p = size.head_dim,
-    h = size.expand * size.d_model // p, n = d_state, chunk = size.chunk."""
+    h = size.expand * size.d_model // p, n = d_state, chunk = size.chunk; ``options`` are
+    :class:`Mamba3Mixer`'s keyword options (none: mamba_ssm's block)."""
     return Mamba3Mixer(
         size.d_model,
         d_state=d_state,
         expand=size.expand,
         head_dim=size.head_dim,
         chunk_size=size.chunk,
+        **options,
     )

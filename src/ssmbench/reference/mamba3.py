@@ -4,18 +4,21 @@ Lahoti et al. 2026, "Mamba-3" (arXiv 2603.15569): Mamba-2's scalar-decay SSM wit
 changes, written here as ``mamba_ssm``'s reference (``mamba3_siso_step_ref``) computes them.
 
 1. Exponential-trapezoidal discretisation (the paper's eq. for h_t with lambda_t): the input
-   integral is a lambda-weighted trapezoid of the current and the previous token,
+   integral is a lambda-weighted trapezoid of the current and the previous token, with a
+   data-dependent decay rate A_t < 0 per token and head (mamba_ssm's block projects it from
+   the token, as it does dt),
 
-       alpha_t = exp(dt_t A)
+       alpha_t = exp(dt_t A_t)
        beta_t  = (1 - lam_t) dt_t alpha_t
        gamma_t = lam_t dt_t
        h_t = alpha_t h_{t-1} + beta_t x_{t-1} B~_{t-1}^T + gamma_t x_t B~_t^T    (b, h, p, n)
 
-   lam = 1 is Mamba-2's exponential-Euler rule (beta = 0): then this is exactly
+   lam = 1 is Mamba-2's exponential-Euler rule (beta = 0): then, with A_t the same at
+   every t (Mamba-2's A is one value per head), this is exactly
    :func:`ssmbench.reference.ssd`.
 
 2. Complex (rotating) state, by the "RoPE trick": a complex diagonal transition
-   exp(dt_t (A + i theta_t)) on pairs of state channels is the same as rotating B and C by
+   exp(dt_t (A_t + i theta_t)) on pairs of state channels is the same as rotating B and C by
    the cumulative phase and keeping the real decay,
 
        phi_t = phi_{t-1} + dt_t theta_t                                           (b, h, r)
@@ -78,7 +81,8 @@ def mamba3(
     """The Mamba-3 SISO recurrence as a plain loop over time (see the module docstring).
 
     Args:
-        x: ``(b, t, h, p)``; dt: ``(b, t, h)``, already positive; A: ``(h,)``, negative;
+        x: ``(b, t, h, p)``; dt: ``(b, t, h)``, already positive; A: ``(b, t, h)``,
+            negative (one decay rate per token and head);
             B, C: ``(b, t, g, n)`` with h divisible by g (head ``i`` reads group
             ``i // (h / g)``); theta: ``(b, t, h, r)`` angle rates, ``2 r <= n``;
             lam: ``(b, t, h)`` in [0, 1]; D: ``(h,)`` or None.
@@ -93,6 +97,8 @@ def mamba3(
     b, t, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     r = theta.shape[3]
+    if A.shape != (b, t, h):
+        raise ValueError(f"A must be {(b, t, h)} (per token and head), got {A.shape}")
     if h % g:
         raise ValueError(f"heads h={h} are not divisible by groups g={g}")
     if 2 * r > n:
@@ -112,7 +118,7 @@ def mamba3(
         phase = phase + dt[:, i, :, None] * theta[:, i]  # phi_t, (b h r)
         B_rot = rotate_pairs(B[:, i], phase)  # B~_t, (b h n)
         C_rot = rotate_pairs(C[:, i], phase)  # C~_t, (b h n)
-        alpha = np.exp(dt[:, i] * A)  # (b h)
+        alpha = np.exp(dt[:, i] * A[:, i])  # (b h)
         beta = (1.0 - lam[:, i]) * dt[:, i] * alpha  # (b h)
         gamma = lam[:, i] * dt[:, i]  # (b h)
         previous = x_prev[:, :, :, None] * B_prev[:, :, None, :]  # x_{t-1} B~_{t-1}^T, (b h p n)

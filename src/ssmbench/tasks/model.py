@@ -52,9 +52,14 @@ class TaskModel(nn.Module):
     (the mean of the final hidden states over the non-PAD positions).
 
     The residual stack ends in its RMSNorm (``norm_f``), which is the norm before the head.
-    The embedding's PAD row is zero and gets no gradient (parity's bit 0 is id 0 as well:
-    that bit is the zero vector, which the blocks' biases still tell apart from bit 1).
-    With ``positions``, :func:`sinusoid_positions` are added to the embedding.
+    The embedding's PAD row is zero and gets no gradient, unless ``learned_pad``.  Beware:
+    PAD is also an input the model must read (parity's bit 0, selective copy's answer
+    slots), and a block without an input bias whose output is gated by silu(z) (Mamba-1,
+    -2, -3: z = in_proj(0) = 0) maps the zero vector to exactly zero, in every layer: the
+    logits at every PAD position are then the head's bias, whatever the weights (parity's
+    token accuracy at most about 0.75).  With ``learned_pad`` the PAD row is drawn and
+    trained as any other (the other weights are drawn the same).  With ``positions``,
+    :func:`sinusoid_positions` are added to the embedding.
     """
 
     def __init__(
@@ -64,13 +69,14 @@ class TaskModel(nn.Module):
         n_classes: int,
         kind: str,
         positions: bool = False,
+        learned_pad: bool = False,
     ):
         super().__init__()
         d_model = stack.norm_f.weight.shape[0]
         self.kind = kind
         self.positions = positions
         self.vocab_size, self.n_classes = vocab_size, n_classes
-        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=PAD)
+        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=None if learned_pad else PAD)
         self.stack = stack
         self.head = nn.Linear(d_model, n_classes)
 
@@ -87,11 +93,23 @@ class TaskModel(nn.Module):
 
 
 def build_task_model(
-    family: str, cfg: Mapping, data: TaskData, backend: str = "torch", seed: int = 0
+    family: str,
+    cfg: Mapping,
+    data: TaskData,
+    backend: str = "torch",
+    seed: int = 0,
+    mixer_options: Mapping | None = None,
+    learned_pad: bool = False,
 ) -> TaskModel:
     """The ``family`` model sized by the study's kwargs ``cfg`` (:func:`task_size`), with the
     vocabulary, classes and kind of ``data``, running ``backend``, in float32 on the CPU;
     with position codes for :data:`POSITIONAL_FAMILIES`.
+
+    ``mixer_options`` are keyword arguments of the family's ``build_mixer`` beyond the
+    size: a named variant of its block (Mamba-3's, :class:`ssmbench.models.mamba3.Mamba3Mixer`);
+    None or empty builds the benchmark's block.  A family whose ``build_mixer`` takes none
+    refuses them (TypeError).  ``learned_pad``: the PAD row of the embedding is learned,
+    not zero (see :class:`TaskModel`).
 
     The weights depend only on (family, cfg, data's vocab and classes, seed): they are
     drawn from a private generator state (as :func:`ssmbench.models.build_model` draws
@@ -103,10 +121,15 @@ def build_task_model(
     module = importlib.import_module(registry.FAMILY[family].module)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        mixers = [module.build_mixer(size, d_state, layer) for layer in range(size.n_layers)]
+        options = dict(mixer_options or {})
+        mixers = [
+            module.build_mixer(size, d_state, layer, **options) for layer in range(size.n_layers)
+        ]
         stack = ResidualStack(mixers, size.d_model, backend)
         positions = family in POSITIONAL_FAMILIES
-        model = TaskModel(stack, data.vocab_size, data.n_classes, data.kind, positions)
+        model = TaskModel(
+            stack, data.vocab_size, data.n_classes, data.kind, positions, learned_pad=learned_pad
+        )
     return model
 
 

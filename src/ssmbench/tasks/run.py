@@ -106,10 +106,15 @@ def run_task(
     device: str = "cpu",
     cut: str = "",
     progress=print,
+    model_options: dict | None = None,
 ) -> dict:
     """Train ``cell``'s family on its task under ``spec`` (the task's resolved settings,
     ``TaskMatrix.spec``) and score it on every evaluation split: the record as a dict
-    (keys :data:`RECORD_KEYS`, schema ``workflow/schemas/task_record.schema.json``)."""
+    (keys :data:`RECORD_KEYS`, schema ``workflow/schemas/task_record.schema.json``).
+    ``model_options`` are keyword arguments of
+    :func:`ssmbench.tasks.model.build_task_model` (``mixer_options``: a named variant of
+    the family's block; ``learned_pad``); the record's ``model`` then holds them beside
+    the study's kwargs."""
     import torch
 
     from ssmbench.cell import error_status
@@ -134,7 +139,7 @@ def run_task(
         "seconds": None,
         "train_samples": None,
         "eval_samples": {},
-        "model": spec["models"][cell.family],
+        "model": {**spec["models"][cell.family], **(model_options or {})},
         "train": spec["train"],
         "data": spec["data"],
         "cut": cut,
@@ -157,7 +162,12 @@ def run_task(
         from ssmbench.tasks.train import TrainConfig, train
 
         model = build_task_model(
-            cell.family, spec["models"][cell.family], train_data, backend=BACKEND, seed=cell.seed
+            cell.family,
+            spec["models"][cell.family],
+            train_data,
+            backend=BACKEND,
+            seed=cell.seed,
+            **(model_options or {}),
         ).to(device)
         record["n_parameters"] = n_parameters(model)
         config = TrainConfig.from_dict(spec["train"])

@@ -1,6 +1,7 @@
 """The Mamba-3 SISO operator against the float64 reference: every chunk size, mamba3_step()
-token by token, y and all four parts of the state, from a random initial state; and the
-lam = 1, theta = 0 limit against Mamba-2's SSD reference."""
+token by token, y and all four parts of the state, from a random initial state, with A
+per token and head; and the lam = 1, theta = 0 limit against Mamba-2's SSD reference, whose
+A is one value per head: there the Mamba-3 operator gets that A repeated at every token."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def op_checks(
         with guard(*STEP_PHASES):
             state, ys = h0, []
             for i in range(t):
-                token = (x[:, i], dt[:, i], A, B[:, i], C[:, i], theta[:, i], lam[:, i])
+                token = (x[:, i], dt[:, i], A[:, i], B[:, i], C[:, i], theta[:, i], lam[:, i])
                 y_t, state = ops.mamba3_step(*token, D=D, state=state, backend=backend)
                 ys.append(y_t)
             shapes.append({"op": "mamba3_step", **size})
@@ -92,14 +93,28 @@ def op_checks(
             checks.append(compare(name.format("y"), ref_y, torch.stack(ys, 1), dtype))
             checks += _compare_state(name.format("final_state"), ref_state, state, dtype)
 
-        # lam = 1, theta = 0: exponential Euler, no rotation, i.e. Mamba-2's SSD
+        # lam = 1, theta = 0 and A the same at every token (SSD's A is one per head, the
+        # first token's here): exponential Euler, no rotation, i.e. Mamba-2's SSD
         with guard(*SEQUENCE_PHASES):
+            A_head = A[0, 0]  # (h)
             ssd_y, ssd_state = reference_ssd(
-                *map(to_numpy, (x, dt, A, B, C)), D=to_numpy(D), initial_state=to_numpy(h0.ssm)
+                *map(to_numpy, (x, dt, A_head, B, C)),
+                D=to_numpy(D),
+                initial_state=to_numpy(h0.ssm),
             )
             no_rotation, euler = torch.zeros_like(theta), torch.ones_like(lam)
+            A_const = A_head.expand_as(dt)  # (b t h)
             y, state = ops.mamba3(
-                x, dt, A, B, C, no_rotation, euler, D=D, initial_state=h0.ssm, backend=backend
+                x,
+                dt,
+                A_const,
+                B,
+                C,
+                no_rotation,
+                euler,
+                D=D,
+                initial_state=h0.ssm,
+                backend=backend,
             )
             shapes.append({"op": "mamba3_as_ssd", **size})
             checks.append(compare(f"mamba3_as_ssd.y[{label}]", ssd_y, y, dtype))
