@@ -95,7 +95,11 @@ def test_an_unknown_preset_is_named():
 
 
 def test_a_task_job_is_priced_by_its_steps_and_imdb_without_data_only_starts(tmp_path):
-    plan = config.plan(config.load(overrides={"preset": "tasks"}))
+    raw = config.load(overrides={"preset": "tasks-study"})
+    tasks = raw["presets"]["tasks-study"]["tasks"]
+    tasks["tasks"].append("imdb")
+    tasks["seeds"]["imdb"] = [0]
+    plan = config.plan(raw)
     costs = budget.costs_for(plan.device)
     missing = replace(plan, tasks=replace(plan.tasks, imdb_dir=str(tmp_path / "none")))
     jobs = {j.name: j.seconds for j in budget.task_jobs(missing, costs)}
@@ -109,7 +113,8 @@ def test_a_task_job_is_priced_by_its_steps_and_imdb_without_data_only_starts(tmp
     # twice the epochs, about twice the training
     longer = replace(plan, tasks=replace(plan.tasks, imdb_dir=str(tmp_path / "none")))
     specs = dict(longer.tasks.specs)
-    specs["parity"] = {**specs["parity"], "train": {**specs["parity"]["train"], "epochs": 6}}
+    epochs = 2 * specs["parity"]["train"]["epochs"]
+    specs["parity"] = {**specs["parity"], "train": {**specs["parity"]["train"], "epochs": epochs}}
     longer = replace(longer, tasks=replace(longer.tasks, specs=specs))
     twice = {j.name: j.seconds for j in budget.task_jobs(longer, costs)}
     ratio = (twice["parity/mamba3/s0"] - start) / (jobs["parity/mamba3/s0"] - start)

@@ -55,6 +55,20 @@ def test_config_schema_enums_are_the_registrys(where):
         assert names is not None and sorted(names) == sorted(AXES[key]), (where, key)
 
 
+def test_the_task_families_are_the_registrys_families_and_variants():
+    with open(sbconfig.SCHEMA) as f:
+        schema = yaml.safe_load(f)
+    families = schema["$defs"]["task_families"]["items"]["enum"]
+    assert sorted(families) == sorted(registry.TASK_FAMILIES)
+    from ssmbench.tasks.record import SCHEMA as TASK_RECORD
+
+    record = json.loads(TASK_RECORD.read_text())
+    assert sorted(record["properties"]["family"]["enum"]) == sorted(registry.TASK_FAMILIES)
+    for variant in registry.VARIANTS.values():
+        assert variant.family in registry.FAMILIES and variant.what
+        assert registry.base_family(variant.name) == variant.family
+
+
 def test_record_schema_statuses_are_the_registrys():
     with open(records.SCHEMA) as f:
         schema = json.load(f)

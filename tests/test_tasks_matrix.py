@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ssmbench import config as sbconfig
-from ssmbench import paths, registry
+from ssmbench import paths
 from ssmbench.tasks.matrix import TASKS_YAML, TaskCell, describe_cut, load_tasks
 from tests.conftest import ANCHORS
 
@@ -19,15 +19,21 @@ def plan_of(preset: str, **overrides) -> sbconfig.Plan:
     return sbconfig.plan(sbconfig.load(overrides={"preset": preset, **overrides}))
 
 
-def test_the_tasks_preset_trains_every_family_on_every_task_with_three_seeds():
+def test_the_tasks_preset_trains_parity_at_the_studys_budget_and_a_cut_selective_copy():
     plan = plan_of("tasks")
     tasks = plan.tasks
-    assert {c.task for c in tasks.cells} == {"parity", "selective_copy", "exact_copy", "imdb"}
-    assert {c.family for c in tasks.cells} == set(registry.FAMILIES)
-    assert {c.seed for c in tasks.cells} == {0, 1, 2}
-    assert len(tasks.cells) == 4 * 7 * 3 == len(set(tasks.cells))
-    # the speed of each family from the same run, at the tasks' length
-    assert {c.model for c in plan.cells} == set(registry.FAMILIES)
+    by_task = {
+        t: {(c.family, c.seed) for c in tasks.cells if c.task == t}
+        for t in ("parity", "selective_copy")
+    }
+    assert {f for f, _ in by_task["parity"]} == {
+        "attention", "mamba2", "mamba3", "mamba3-wide-dt-free-angle"
+    }  # fmt: skip
+    assert {s for _, s in by_task["parity"]} == {0, 1}
+    assert by_task["selective_copy"] == {("mamba", 0), ("mamba2", 0)}
+    assert len(tasks.cells) == 4 * 2 + 2 == len(set(tasks.cells))
+    # the speed of each trained family (a variant's is its family's) from the same run
+    assert {c.model for c in plan.cells} == {"attention", "mamba", "mamba2", "mamba3"}
     assert {(c.phase, c.seq_len) for c in plan.cells} == {("prefill", 128), ("decode", 128)}
     assert set(plan.figures) == set(sbconfig.TASK_FIGURES)
     assert plan.run == "tasks-cpu"
@@ -35,14 +41,15 @@ def test_the_tasks_preset_trains_every_family_on_every_task_with_three_seeds():
 
 def test_a_budget_changes_only_what_it_names_and_the_cut_says_each_change():
     plan = plan_of("tasks")
-    study = load_tasks()["parity"]
-    ours = plan.tasks.spec("parity")
-    assert ours["train"]["epochs"] == 3 and study["train"]["epochs"] == 20
-    assert ours["train"]["lr"] == study["train"]["lr"] == 3.0e-3
+    study = load_tasks()["selective_copy"]
+    ours = plan.tasks.spec("selective_copy")
+    assert ours["train"]["epochs"] == 4 and study["train"]["epochs"] == 12
+    assert ours["train"]["lr"] == study["train"]["lr"] == 1.0e-3
     assert ours["models"] == study["models"]  # sizes are the study's
-    cut = plan.tasks.cut("parity")
-    assert "train.epochs 20 -> 3" in cut and "data.train.n 2000 -> 1024" in cut
+    cut = plan.tasks.cut("selective_copy")
+    assert "train.epochs 12 -> 4" in cut and "data.evals.test.n 5000 -> 1000" in cut
     assert "lr" not in cut and plan.tasks.why_cut in cut
+    assert plan.tasks.cut("parity") == ""  # parity at the study's own budget
 
 
 def test_describe_cut_names_every_changed_leaf_and_nothing_else():
@@ -97,14 +104,17 @@ def _bad(mutate) -> str:
     "mutate, message",
     [
         (
-            lambda t: t["budget"]["parity"]["train"].update(epoch=3),
-            "presets.tasks.tasks.budget.parity.train.epoch: not a setting of the task",
+            lambda t: t["budget"]["selective_copy"]["train"].update(epoch=3),
+            "presets.tasks.tasks.budget.selective_copy.train.epoch: not a setting of the task",
         ),
         (
             lambda t: t["budget"].update(copying={"train": {"epochs": 1}}),
             "budget.copying: not one of this preset's tasks",
         ),
-        (lambda t: t.update(seeds=[0, 0]), "seeds: [0, 0] repeats a seed"),
+        (lambda t: t.update(seeds=[0, 0]), "seeds: [0, 0] has non-unique elements"),
+        (lambda t: t.update(seeds={"parity": [0]}), "seeds: has no seeds for ['selective_copy']"),
+        (lambda t: t.update(families=["mamba2"], seeds=[0, 0]), "has non-unique elements"),
+        (lambda t: t.update(seeds={**dict.fromkeys(t["tasks"], [0]), "sorting": [1]}), "seeds"),
         (lambda t: t.pop("why_cut"), "why_cut: the budget cuts the study's settings"),
         (lambda t: t.update(tasks=["parity", "sorting"]), "tasks"),
         (lambda t: t.update(families=["rwkv"]), "families"),
@@ -123,13 +133,13 @@ def test_a_tasks_preset_without_block_cells_is_refused():
 
 def test_a_task_missing_a_family_in_tasks_yaml_is_refused(tmp_path):
     tasks = yaml.safe_load(TASKS_YAML.read_text())
-    del tasks["tasks"]["parity"]["models"]["hybrid"]
+    del tasks["tasks"]["parity"]["models"]["mamba2"]
     path = tmp_path / "tasks.yaml"
     path.write_text(yaml.safe_dump(tasks))
     from ssmbench.tasks.matrix import matrix
 
     preset = sbconfig.load(overrides={"preset": "tasks"})["presets"]["tasks"]
-    with pytest.raises(sbconfig.ConfigError, match="parity has no model for 'hybrid'"):
+    with pytest.raises(sbconfig.ConfigError, match="parity has no model for 'mamba2'"):
         matrix("tasks", preset, path)
 
 
@@ -137,3 +147,16 @@ def test_the_path_of_a_task_record():
     cell = TaskCell("exact_copy", "mamba3", 2)
     assert paths.task_record("r", cell) == "results/r/tasks/exact_copy/mamba3/s2.json"
     assert cell.name == "exact_copy/mamba3/s2"
+
+
+def test_seeds_may_differ_per_task_and_a_variant_trains_beside_its_family():
+    p = sbconfig.plan(sbconfig.load(overrides={"preset": "tasks-study"}))
+    seeds = {(c.task, c.family): [] for c in p.tasks.cells}
+    for c in p.tasks.cells:
+        seeds[(c.task, c.family)].append(c.seed)
+    assert seeds[("parity", "mamba3")] == [0, 1, 2]
+    assert seeds[("selective_copy", "mamba3")] == [0] == seeds[("exact_copy", "attention")]
+    assert ("parity", "mamba3-wide-dt-free-angle") in seeds
+    # the study's budgets, no cut
+    assert p.tasks.cut("parity") == p.tasks.cut("selective_copy") == ""
+    assert p.tasks.spec("parity")["train"]["epochs"] == 20

@@ -93,9 +93,9 @@ def test_a_stopped_run_s_unfinished_jobs_are_not_run_rows():
 
 
 def test_a_job_with_model_options_trains_that_model_and_records_them():
-    """model_options reach the model (a named variant of the block, a learned PAD row) and
+    """model_options reach the model (the block's options, a PAD row held at zero) and
     the record's model says so; the record is still a valid one."""
-    options = {"mixer_options": {"A_mode": "per-head"}, "learned_pad": True}
+    options = {"mixer_options": {"A_mode": "per-head"}, "learned_pad": False}
     record = job("parity", family="mamba3", model_options=options)
     assert record["status"] == "ok", record["reason"]
     assert record["model"] == {**PLAN.tasks.spec("parity")["models"]["mamba3"], **options}
@@ -103,3 +103,20 @@ def test_a_job_with_model_options_trains_that_model_and_records_them():
     plain = job("parity", family="mamba3")
     assert plain["model"] == PLAN.tasks.spec("parity")["models"]["mamba3"]
     assert plain["final"] != record["final"]  # another model
+
+
+def test_a_named_variant_trains_its_familys_block_with_its_options():
+    """A task job of a variant (ssmbench.registry.VARIANTS) builds its family's model at the
+    family's size with the variant's block options, and its record says both."""
+    from ssmbench.registry import VARIANTS
+
+    variant = VARIANTS["mamba3-wide-dt-free-angle"]
+    record = job("parity", family=variant.name)
+    assert record["status"] == "ok", record["reason"]
+    assert record["family"] == variant.name
+    options = {k: list(v) if isinstance(v, tuple) else v for k, v in variant.options.items()}
+    assert record["model"] == {
+        **PLAN.tasks.spec("parity")["models"]["mamba3"],
+        "mixer_options": options,
+    }
+    validate_task_record(record)

@@ -46,6 +46,7 @@ from pathlib import Path
 from ssmbench import paths
 from ssmbench.config import Cell, Plan
 from ssmbench.prewarm import prewarm_groups
+from ssmbench.registry import base_family
 
 # families whose fused kernels Triton compiles in the process that first runs them (the
 # hybrid's are Mamba-2's; attention's FlashAttention kernels ship compiled; S4D has none)
@@ -246,7 +247,8 @@ def task_jobs(plan: Plan, costs: Costs) -> list[Job]:
             out.append(Job("task_train", c.name, costs.start_s / costs.parallel))
             continue
         spec = plan.tasks.spec(c.task)
-        train, model = spec["train"], spec["models"][c.family]
+        family = base_family(c.family)  # a variant trains at its family's cost
+        train, model = spec["train"], spec["models"][family]
         data = spec["data"]["train"]
         n = data.get("n") or data.get("subset") or 25000  # IMDb without a subset: all
         length = _train_len(data)
@@ -254,7 +256,7 @@ def task_jobs(plan: Plan, costs: Costs) -> list[Job]:
         step = (
             TASK_STEP_S_CUDA
             if plan.device == "cuda"
-            else TASK_STEP_S[c.family] * work / TASK_STEP_WORK
+            else TASK_STEP_S[family] * work / TASK_STEP_WORK
         )
         steps = train["epochs"] * math.ceil(n / train["batch_size"])
         evals = sum(

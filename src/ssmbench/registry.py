@@ -189,6 +189,49 @@ SSM_FAMILIES = tuple(f for f in FAMILIES if f != "attention")
 NO_STATE = frozenset(f.name for f in _FAMILIES if not f.has_state)
 
 
+# --- named variants of a family's block (the quality axis only) -----------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A family's block with some of its options changed, trained beside the family on
+    the case study's tasks (``ssmbench.tasks``) under a name of its own; the benchmark
+    times the families' blocks as published, so a variant has no cells: its speed is its
+    family's (the options change an initialisation or a bound, not the work)."""
+
+    name: str
+    family: str  # whose mixer, operator and colour it takes
+    mixer_options: tuple[tuple[str, object], ...]  # the block's keyword arguments
+    what: str  # what it changes, in words
+
+    @property
+    def options(self) -> dict:
+        return dict(self.mixer_options)
+
+
+_VARIANTS = (
+    # Mamba-3 that tracks parity at the case study's budget (scripts/bench_mamba3_parity.py,
+    # docs/ARCHITECTURE.md "Task models"): parity wants a half turn of the state per 1
+    # bit, dt theta = pi, which mamba_ssm's |theta| < pi reaches only at dt > 1, ten times
+    # its largest initial dt
+    Variant(
+        "mamba3-wide-dt-free-angle",
+        "mamba3",
+        (("dt_range", (0.1, 1.0)), ("angle_bound", None)),
+        "Mamba-3 with dt initialised in [0.1, 1] (mamba_ssm: [0.001, 0.1]) and the rotation "
+        "rate theta unbounded (mamba_ssm: pi tanh)",
+    ),
+)
+VARIANTS: dict[str, Variant] = {v.name: v for v in _VARIANTS}
+# what a task job may train: a family's block or a named variant of one
+TASK_FAMILIES = (*FAMILIES, *VARIANTS)
+
+
+def base_family(name: str) -> str:
+    """The family of a family or a variant name."""
+    return VARIANTS[name].family if name in VARIANTS else name
+
+
 # --- backends --------------------------------------------------------------------------
 
 

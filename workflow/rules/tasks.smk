@@ -5,7 +5,7 @@
 
 wildcard_constraints:
     task=r"[a-z_]+",
-    family=r"[a-z0-9]+",
+    family=r"[a-z0-9][a-z0-9-]*",
     seed=r"\d+",
 
 

@@ -58,7 +58,14 @@ VERDICT_COLORS = {"reproduced": "#2ca02c", "contradicted": "#d62728", "not compa
 
 
 def color(family: str) -> str:
-    """The colour of ``family`` (black for one FAMILY_COLORS does not name)."""
+    """The colour of ``family`` (black for one FAMILY_COLORS does not name); a named
+    variant of a family's block (``ssmbench.registry.VARIANTS``) its family's, darker."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    from ssmbench.registry import VARIANTS
+
+    if family in VARIANTS:
+        return to_hex([0.6 * c for c in to_rgb(color(VARIANTS[family].family))])
     return FAMILY_COLORS.get(family, "black")
 
 

@@ -22,7 +22,7 @@ from ssmbench.figures import panels as P
 from ssmbench.figures.data import joined, none_found, select, with_columns
 from ssmbench.figures.panels import plt
 from ssmbench.figures.style import STATUS_MARKERS, color
-from ssmbench.registry import FAMILIES
+from ssmbench.registry import FAMILIES, VARIANTS
 
 # The task table's columns (quality_vs_speed.csv adds the SPEED ones), read as numbers or text
 # whatever the table's vintage, so an empty or older table draws a panel instead of failing.
@@ -63,9 +63,15 @@ def _splits(data: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def _families(data: pd.DataFrame) -> list[str]:
-    """The families of ``data``, in the registry's order, then any other by name."""
+    """The families of ``data`` in the registry's order, each named variant right after
+    its family, then any other by name."""
     present = set(data.family)
-    return [f for f in FAMILIES if f in present] + sorted(present - set(FAMILIES))
+    known = [name for f in FAMILIES for name in (f, *_variants_of(f))]
+    return [f for f in known if f in present] + sorted(present - set(known))
+
+
+def _variants_of(family: str) -> list[str]:
+    return [v.name for v in VARIANTS.values() if v.family == family]
 
 
 def _split_title(task: str, ev: str) -> str:

@@ -64,6 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ssmbench import registry
 from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
 from ssmbench.models import fused
@@ -475,16 +476,10 @@ def random_inputs(
 A_FLOOR = 1e-4
 # Mamba3Mixer's A_mode: mamba_ssm's data-dependent A, or one learned A per head
 A_MODES = ("data", "per-head")
-# Named variants of the block: name -> Mamba3Mixer keyword arguments (the benchmark's
-# ``mamba3`` is the block with none of them).  "wide-dt-unbounded-angle": dt initialised
-# log-uniform in [0.1, 1] instead of [1e-3, 0.1], and theta the angle projection itself
-# instead of pi tanh(.).  Parity wants a half turn of the state per 1 bit, dt theta = pi,
-# which |theta| < pi reaches only at dt > 1, ten times the largest initial dt.  On parity
-# at the study's settings, with the task model's learned_pad, it reached >= 0.97 test token
-# accuracy in 5 of 5 seeds, mamba_ssm's block >= 0.9 in 2 of 5, each of its two changes
-# alone 4 and 2 of 5 (scripts/bench_mamba3_parity.py)
+# Named variants of the block (the benchmark's ``mamba3`` is the block with none of these
+# options): ssmbench.registry.VARIANTS, whose family is mamba3
 MAMBA3_VARIANTS: dict[str, dict] = {
-    "wide-dt-unbounded-angle": {"dt_range": (0.1, 1.0), "angle_bound": None},
+    v.name: v.options for v in registry.VARIANTS.values() if v.family == "mamba3"
 }
 
 

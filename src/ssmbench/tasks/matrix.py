@@ -26,7 +26,7 @@ TASK_KEYS = ("kind", "metric", "chance", "data", "train", "models")
 @dataclass(frozen=True, order=True)
 class TaskCell:
     task: str  # a config/tasks.yaml entry
-    family: str  # a block family (ssmbench.registry.FAMILIES)
+    family: str  # a block family or a named variant of one (registry.TASK_FAMILIES)
     seed: int  # the training seed: the model's initial weights and the batch order
 
     @property
@@ -127,27 +127,28 @@ def matrix(preset_name: str, preset: dict, path=TASKS_YAML) -> TaskMatrix | None
                 f"({', '.join(cfg['tasks'])})"
             )
     specs, cuts = {}, {}
+    trained = per_task(cfg, "families", where)
     for task in cfg["tasks"]:
         spec = merged(known[task], budget.get(task, {}), f"{where}.budget.{task}")
         check_spec(task, spec, budget.get(task, {}), f"{where}.budget.{task}", path)
-        for family in cfg["families"]:
+        families = dict.fromkeys(registry.base_family(f) for f in trained[task])
+        for family in families:  # a variant is sized as its family
             if family not in spec["models"]:
                 raise ConfigError(
                     f"config key {where}.families: {task} has no model for {family!r} "
                     f"in {path.name}"
                 )
-        for family in cfg["families"]:
+        for family in families:
             _check_model(task, family, spec, budget.get(task, {}), f"{where}.budget.{task}", path)
         specs[task] = spec
         cuts[task] = "; ".join(describe_cut(known[task], spec))
-    if len(set(cfg["seeds"])) != len(cfg["seeds"]):
-        raise ConfigError(f"config key {where}.seeds: {cfg['seeds']} repeats a seed")
+    seeds = per_task(cfg, "seeds", where)
     cells = tuple(
         sorted(
             TaskCell(task, family, seed)
             for task in cfg["tasks"]
-            for family in cfg["families"]
-            for seed in cfg["seeds"]
+            for family in trained[task]
+            for seed in seeds[task]
         )
     )
     if any(cuts.values()) and not cfg.get("why_cut"):
@@ -215,3 +216,18 @@ def _origin(task: str, at: tuple, budget: dict, where: str, path) -> str:
             return f"{Path(path).name}: tasks.{task}.{dotted}"
         node = node[part]
     return "config key " + ".".join([where, *map(str, at)])
+
+
+def per_task(cfg: dict, key: str, where: str) -> dict[str, list]:
+    """task -> its ``key`` (``families`` or ``seeds``): the preset's list for every task,
+    or its mapping of task -> list, which names every task the preset trains and no
+    other."""
+    value = cfg[key]
+    if isinstance(value, list):
+        return {task: value for task in cfg["tasks"]}
+    missing = [t for t in cfg["tasks"] if t not in value]
+    extra = [t for t in value if t not in cfg["tasks"]]
+    if missing or extra:
+        what = f"has no {key} for {missing}" if missing else f"names {extra}, not trained here"
+        raise ConfigError(f"config key {where}.{key}: {what} (tasks: {cfg['tasks']})")
+    return {task: value[task] for task in cfg["tasks"]}

@@ -52,14 +52,16 @@ class TaskModel(nn.Module):
     (the mean of the final hidden states over the non-PAD positions).
 
     The residual stack ends in its RMSNorm (``norm_f``), which is the norm before the head.
-    The embedding's PAD row is zero and gets no gradient, unless ``learned_pad``.  Beware:
-    PAD is also an input the model must read (parity's bit 0, selective copy's answer
-    slots), and a block without an input bias whose output is gated by silu(z) (Mamba-1,
-    -2, -3: z = in_proj(0) = 0) maps the zero vector to exactly zero, in every layer: the
-    logits at every PAD position are then the head's bias, whatever the weights (parity's
-    token accuracy at most about 0.75).  With ``learned_pad`` the PAD row is drawn and
-    trained as any other (the other weights are drawn the same).  With ``positions``,
-    :func:`sinusoid_positions` are added to the embedding.
+    The embedding's PAD row is learned as any other (``learned_pad``, the default): PAD is
+    also an input the model must read (parity's bit 0, selective copy's answer slots).
+    Held at zero (``learned_pad=False``, the task model before it was found), it is
+    invisible to a block without an input bias whose output is gated by silu(z) (Mamba-1,
+    -2, -3: z = in_proj(0) = 0 maps the zero vector to exactly zero, in every layer): the
+    logits at every PAD position are then the head's bias whatever the weights, and
+    parity's token accuracy is capped near 0.75.  Where PAD only pads (IMDb, exact
+    copying's tail) it is masked from the pooling or the loss.  The other weights are
+    drawn the same either way.  With ``positions``, :func:`sinusoid_positions` are added
+    to the embedding.
     """
 
     def __init__(
@@ -69,7 +71,7 @@ class TaskModel(nn.Module):
         n_classes: int,
         kind: str,
         positions: bool = False,
-        learned_pad: bool = False,
+        learned_pad: bool = True,
     ):
         super().__init__()
         d_model = stack.norm_f.weight.shape[0]
@@ -99,7 +101,7 @@ def build_task_model(
     backend: str = "torch",
     seed: int = 0,
     mixer_options: Mapping | None = None,
-    learned_pad: bool = False,
+    learned_pad: bool = True,
 ) -> TaskModel:
     """The ``family`` model sized by the study's kwargs ``cfg`` (:func:`task_size`), with the
     vocabulary, classes and kind of ``data``, running ``backend``, in float32 on the CPU;
@@ -108,8 +110,8 @@ def build_task_model(
     ``mixer_options`` are keyword arguments of the family's ``build_mixer`` beyond the
     size: a named variant of its block (Mamba-3's, :class:`ssmbench.models.mamba3.Mamba3Mixer`);
     None or empty builds the benchmark's block.  A family whose ``build_mixer`` takes none
-    refuses them (TypeError).  ``learned_pad``: the PAD row of the embedding is learned,
-    not zero (see :class:`TaskModel`).
+    refuses them (TypeError).  ``learned_pad``: the PAD row of the embedding is learned (the
+    default), or held at zero as before (see :class:`TaskModel`).
 
     The weights depend only on (family, cfg, data's vocab and classes, seed): they are
     drawn from a private generator state (as :func:`ssmbench.models.build_model` draws

@@ -8,11 +8,13 @@ with its type and message.  Imports torch lazily, so the record's helpers stay t
 
 from __future__ import annotations
 
+import json
 import math
 import platform
 import time
 import traceback
 
+from ssmbench import registry
 from ssmbench.tasks.base import DataUnavailable, TaskData
 from ssmbench.tasks.matrix import TaskCell
 
@@ -111,15 +113,20 @@ def run_task(
     """Train ``cell``'s family on its task under ``spec`` (the task's resolved settings,
     ``TaskMatrix.spec``) and score it on every evaluation split: the record as a dict
     (keys :data:`RECORD_KEYS`, schema ``workflow/schemas/task_record.schema.json``).
+    ``cell.family`` is a family or a named variant of one (``ssmbench.registry.VARIANTS``:
+    its family's block and model size, with the variant's ``mixer_options``).
     ``model_options`` are keyword arguments of
-    :func:`ssmbench.tasks.model.build_task_model` (``mixer_options``: a named variant of
-    the family's block; ``learned_pad``); the record's ``model`` then holds them beside
-    the study's kwargs."""
+    :func:`ssmbench.tasks.model.build_task_model` (``mixer_options``: the block's options;
+    ``learned_pad``); the record's ``model`` then holds them beside the study's kwargs."""
     import torch
 
     from ssmbench.cell import error_status
 
     torch.set_num_threads(threads)
+    family = registry.base_family(cell.family)
+    if cell.family in registry.VARIANTS:
+        variant = registry.VARIANTS[cell.family]
+        model_options = {"mixer_options": variant.options, **(model_options or {})}
     record = {
         "run": run,
         "task": cell.task,
@@ -139,7 +146,7 @@ def run_task(
         "seconds": None,
         "train_samples": None,
         "eval_samples": {},
-        "model": {**spec["models"][cell.family], **(model_options or {})},
+        "model": {**spec["models"][family], **_jsonable(model_options or {})},
         "train": spec["train"],
         "data": spec["data"],
         "cut": cut,
@@ -162,8 +169,8 @@ def run_task(
         from ssmbench.tasks.train import TrainConfig, train
 
         model = build_task_model(
-            cell.family,
-            spec["models"][cell.family],
+            family,
+            spec["models"][family],
             train_data,
             backend=BACKEND,
             seed=cell.seed,
@@ -192,6 +199,12 @@ def run_task(
         seconds=time.perf_counter() - start,
     )
     return _finite(record)
+
+
+def _jsonable(options: dict) -> dict:
+    """Model options as JSON holds them (tuples as lists), so the record reads back as
+    it was written."""
+    return json.loads(json.dumps(options))
 
 
 def headline(record: dict) -> dict[str, float | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ssmbench.registry import base_family
 from ssmbench.tasks.base import METRICS
 
 COLUMNS = [
@@ -190,8 +191,11 @@ def speed_of(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def quality_vs_speed_table(accuracy: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """Figure quality_vs_speed's table: task_accuracy's rows with their family's speed."""
-    return accuracy.merge(speed_of(cells), on="family", how="left")[FIGURE_COLUMNS + SPEED_COLUMNS]
+    """Figure quality_vs_speed's table: task_accuracy's rows with their family's speed (a
+    named variant's is its family's: ``ssmbench.registry.Variant``)."""
+    speed = speed_of(cells).rename(columns={"family": "speed_family"})
+    rows = accuracy.assign(speed_family=accuracy.family.map(base_family))
+    return rows.merge(speed, on="speed_family", how="left")[FIGURE_COLUMNS + SPEED_COLUMNS]
 
 
 def summary(tasks: pd.DataFrame) -> pd.DataFrame:
