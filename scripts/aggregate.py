@@ -11,8 +11,8 @@ its sidecar records and the one found."""
 import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.aggregate import aggregate
-from ssmbench.config import Cell
 from ssmbench.finish import unfinished_paired, unfinished_records
+from ssmbench.matrix import Cell
 from ssmbench.provenance import check_all, from_snakemake, now
 from ssmbench.scripting import logged
 from ssmbench.tables import write_tables

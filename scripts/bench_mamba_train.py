@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.measure.allocator import POLICIES, set_host_allocator
 from ssmbench.measure.memory import measure_peak, memory_deltas
 from ssmbench.models import build_model, mamba

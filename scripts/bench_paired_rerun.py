@@ -55,7 +55,8 @@ def _point(text: str) -> tuple[str, int]:
 def worker(args) -> None:
     """Measure every pair once in this process, in a seeded order; one JSON line each."""
     from ssmbench.cell import CellSpec
-    from ssmbench.config import Cell, load, plan
+    from ssmbench.config import load, plan
+    from ssmbench.matrix import Cell
     from ssmbench.paired import run_paired
     from ssmbench.registry import NO_STATE
 

@@ -10,7 +10,6 @@ import os
 import _src  # noqa: F401  (puts ../src on sys.path)
 import papermill
 
-from ssmbench.config import NOTEBOOK_KIND
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.scripting import logged
 
@@ -18,7 +17,7 @@ with logged(snakemake):
     started = now()
     out = snakemake.output
     parameters = dict(snakemake.params.filters)
-    kind = NOTEBOOK_KIND.get(snakemake.params.table, snakemake.params.table)
+    kind = snakemake.params.notebook_kind
     parameters.update(
         **{f"{kind}_path": os.path.abspath(snakemake.input.table)},
         out_pdf=os.path.abspath(out.pdf),

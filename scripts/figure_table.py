@@ -7,10 +7,10 @@ import shutil
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
-from ssmbench.config import RUN_TABLES
 from ssmbench.lm.table import cells_view, read_lm_table
 from ssmbench.provenance import check, from_snakemake, now
 from ssmbench.records import read_record
+from ssmbench.registry import RUN_TABLES
 from ssmbench.scripting import logged
 from ssmbench.tables import cells_table, ops_table, write_tables
 

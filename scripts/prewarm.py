@@ -6,7 +6,7 @@ import json
 import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.cell import CellSpec, _set_threads
-from ssmbench.config import Cell, Size, Timing
+from ssmbench.matrix import Cell, Size, Timing
 from ssmbench.prewarm import prewarm
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import write_json_atomic

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 from ssmbench.scripting import copy_workflow
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")

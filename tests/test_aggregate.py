@@ -10,7 +10,7 @@ import pytest
 
 from ssmbench.aggregate import aggregate
 from ssmbench.analysis import go_no_go_table, speedups_table, verdict_rst
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 from ssmbench.tables import write_tables
 
 RUN = REPO / "results" / "precollected" / "cpu"

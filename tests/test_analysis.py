@@ -277,7 +277,7 @@ def test_verdict_lists_status_go_no_go_fastest_backends_and_claims():
 def test_two_runs_are_compared_point_by_point(tmp_path):
     import importlib.util
 
-    from ssmbench.config import REPO
+    from ssmbench.paths import REPO
 
     spec = importlib.util.spec_from_file_location(
         "compare_go_no_go", REPO / "scripts" / "compare_go_no_go.py"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ssmbench import counts, ops, reference
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import BACKENDS
 from ssmbench.models.attention import CONCAT_BACKENDS, KVBuffer, kv_buffer
 from ssmbench.numerics import assert_close, to_numpy

@@ -22,6 +22,7 @@ from snakemake.cli import parse_config
 from snakemake.utils import update_config
 
 from ssmbench import config as sbconfig
+from ssmbench.paths import REPO
 from ssmbench.scripting import copy_workflow
 from tests.conftest import snakemake
 
@@ -399,7 +400,7 @@ def ssm_scope_clone_missing():
 
 @case
 def ssm_scope_clone_a_file():
-    readme = str(sbconfig.REPO / "README.md")  # a file, in the copy and here
+    readme = str(REPO / "README.md")  # a file, in the copy and here
     return with_cli("import_ssm_scope", readme, f"{readme!r} is not a folder")
 
 

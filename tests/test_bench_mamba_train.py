@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import build_model, mamba
 from ssmbench.models.common import CausalConv1d
 from ssmbench.numerics import assert_close

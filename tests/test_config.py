@@ -8,6 +8,8 @@ import math
 import pytest
 
 from ssmbench import config as sbconfig
+from ssmbench.matrix import compute_dtype
+from ssmbench.registry import GRAPH_BACKENDS
 from tests.conftest import snakemake
 
 BASE = sbconfig.load()
@@ -149,7 +151,7 @@ def test_a_sweeps_random_cache_applies_to_its_decode_cells_only():
     ids=str,
 )
 def test_compute_dtype_is_what_the_operator_runs_in(model, backend, phase, dtype, expected):
-    assert sbconfig.compute_dtype(model, backend, phase, dtype) == expected
+    assert compute_dtype(model, backend, phase, dtype) == expected
 
 
 def test_every_list_of_backends_is_the_registrys():
@@ -162,7 +164,7 @@ def test_every_list_of_backends_is_the_registrys():
     from ssmbench.models import ALL_BACKENDS
     from ssmbench.registry import BACKEND_TIERS
 
-    backends = [*ALL_BACKENDS, *sbconfig.GRAPH_BACKENDS]
+    backends = [*ALL_BACKENDS, *GRAPH_BACKENDS]
     with open(sbconfig.SCHEMA) as f:
         schema = yaml.safe_load(f)
 

@@ -7,7 +7,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ssmbench import counts
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.measure.memory import tensor_bytes
 from ssmbench.models import FAMILIES, build_model
 

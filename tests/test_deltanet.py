@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ssmbench import ops
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import BACKENDS, deltanet
 from ssmbench.models.deltanet import (
     DeltaNetMixer,

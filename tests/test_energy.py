@@ -287,7 +287,7 @@ class RecordingMeter:
 
 
 def _timing(**kw):
-    from ssmbench.config import Timing
+    from ssmbench.matrix import Timing
 
     base = dict(warmup=2, min_samples=3, max_samples=3, min_time_s=0.0, max_time_s=5.0)
     return Timing(**{**base, **kw})
@@ -356,7 +356,7 @@ class FakeEnergyMeter:
 
 def _cpu_cell(timing):
     from ssmbench.cell import CellSpec
-    from ssmbench.config import Cell, Size
+    from ssmbench.matrix import Cell, Size
 
     size = Size(d_model=32, n_layers=1, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
     return CellSpec("t", Cell("mamba2", "torch", "prefill", 1, 32, 4, "fp32"), "cpu", size, timing)

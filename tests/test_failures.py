@@ -15,9 +15,9 @@ import yaml
 
 from ssmbench import cell as cell_mod
 from ssmbench import outcome, paths, records
-from ssmbench.config import Cell, Size, Timing
 from ssmbench.lm.matrix import LMCell, LMMatrix
 from ssmbench.lm.record import LMRecord, write_lm_record
+from ssmbench.matrix import Cell, Size, Timing
 from ssmbench.records import CellRecord
 from tests.conftest import snakemake
 

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ssmbench import analysis, figures, tables
+from ssmbench import analysis, figures, registry, tables
 from ssmbench import claims as ledger
-from ssmbench.config import NOTEBOOK_KIND, FigureSpec
+from ssmbench.config import FigureSpec
 from ssmbench.figures import style
 from ssmbench.figures.utilization import CACHE_RESIDENT_LABEL
 from ssmbench.tasks import table as task_table
@@ -406,8 +406,7 @@ def test_every_figure_has_a_parameterized_notebook():
         tagged = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
         assert len(tagged) == 1, name
         source = "".join(tagged[0]["source"])
-        table = FigureSpec(name).table  # the table the figure reads, as its notebook is told
-        path = f"{NOTEBOOK_KIND.get(table, table)}_path"
+        path = f"{FigureSpec(name).notebook_kind}_path"  # the table, as its notebook is told
         for param in (path, "out_pdf", "out_png", "models", "backends"):
             assert f"{param} = " in source, (name, param)
         code = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
@@ -482,7 +481,7 @@ def test_claims_figure_lists_every_claim_with_its_verdict(tmp_path):
 PRECOLLECTED = Path(__file__).resolve().parent.parent / "results/precollected/cpu/tables"
 # the task figures' tables are a run with tasks' (the shipped tasks-cpu run)
 PRECOLLECTED_TASKS = PRECOLLECTED.parent.parent / "tasks-cpu" / "tables"
-# The columns of each kind of table a figure reads (ssmbench.config.FIGURE_TABLES).
+# The columns of each kind of table a figure reads (ssmbench.registry.FIGURES).
 TABLE_COLUMNS = {
     "cells": list(tables.CELLS_SCHEMA.columns),
     "ops": tables.OPS_COLUMNS,
@@ -497,9 +496,7 @@ TABLE_COLUMNS = {
 def read_precollected(kind: str) -> pd.DataFrame:
     """A table of the shipped CPU run (the task figures': the shipped tasks-cpu run's),
     read as the figure's notebook reads it."""
-    path = (
-        PRECOLLECTED_TASKS if kind in task_table.FIGURE_TABLES else PRECOLLECTED
-    ) / f"{kind}.csv"
+    path = (PRECOLLECTED_TASKS if kind in registry.TASK_TABLES else PRECOLLECTED) / f"{kind}.csv"
     if kind == "cells":
         return tables.read_cells(path)
     if kind in ("go_no_go", "speedups"):

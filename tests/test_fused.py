@@ -930,7 +930,7 @@ def test_gpu_graph_decode_cell_with_its_base_backends_verify_record(family, back
     """A graph cell takes its base backend's verify record, replays equal to the eager
     step, reads the clocks of the warm GPU, and counts its graph pool in peak_bytes."""
     from ssmbench.cell import CellSpec, run_cell, run_verify
-    from ssmbench.config import Cell, Size, Timing
+    from ssmbench.matrix import Cell, Size, Timing
     from ssmbench.models import GRAPH_BACKENDS
 
     verify = run_verify(family, GRAPH_BACKENDS[backend], "cuda", ["bf16"])

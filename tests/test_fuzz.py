@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 
 from ssmbench import budget, heal, paths, records, tables
 from ssmbench import config as sbconfig
-from ssmbench.config import Cell, ConfigError
+from ssmbench.config import ConfigError
+from ssmbench.matrix import Cell
 from ssmbench.paired import PairedRecord, validate_paired
 from ssmbench.provenance import write_sidecars
 from tests.conftest import make_record, paired_record

@@ -19,8 +19,8 @@ import pytest
 
 from ssmbench import config as sbconfig
 from ssmbench import heal, paths, records, runlock
-from ssmbench.config import Cell
 from ssmbench.lm.matrix import LMMatrix
+from ssmbench.matrix import Cell
 from ssmbench.provenance import vouched, write_sidecars
 from ssmbench.records import CellRecord, RecordError
 from tests.conftest import snakemake

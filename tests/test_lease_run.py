@@ -22,6 +22,8 @@ import pytest
 import yaml
 
 from ssmbench import config, paths
+from ssmbench.devices import visible_gpus
+from ssmbench.paths import REPO
 from ssmbench.scripting import copy_workflow
 from tests.conftest import snakemake
 
@@ -124,16 +126,16 @@ def test_the_device_cap_is_what_keeps_them_apart(tmp_path):
 
 def test_visible_devices_count_what_cuda_may_use(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,3")
-    assert config.visible_gpus() == 3
+    assert visible_gpus() == 3
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert config.visible_gpus() == 1  # none visible: a cuda preset still gets one slot
+    assert visible_gpus() == 1  # none visible: a cuda preset still gets one slot
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     expected = (
         len(os.listdir("/proc/driver/nvidia/gpus"))
         if os.path.isdir("/proc/driver/nvidia/gpus")
         else 0
     )
-    assert config.visible_gpus() == max(expected, 1)
+    assert visible_gpus() == max(expected, 1)
 
 
 def test_headline_cells_come_from_the_preset_selectors():
@@ -195,7 +197,7 @@ def _check_brought_home(dest: Path, stdout: str, stopped: str) -> pd.DataFrame:
     root = dest.parent / "unpacked"
     assert {"results/ci/tables/cells.csv", "results/ci/tables/cells.csv.prov.json"} <= names
     # every ok row's record came home with its sidecar, which vouches for it
-    from ssmbench.config import Cell
+    from ssmbench.matrix import Cell
     from ssmbench.provenance import vouched
 
     os.chdir(root)
@@ -257,7 +259,7 @@ def test_pytest_k_gpu_leaves_out_the_long_rehearsals():
     this module's CPU rehearsals, which take minutes, may carry "gpu" in its name."""
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-k", "gpu", "-m", "slow", str(config.REPO / "tests")],
-        capture_output=True, text=True, cwd=config.REPO,
+         "-k", "gpu", "-m", "slow", str(REPO / "tests")],
+        capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert out.returncode == 5, out.stdout[-2000:]  # 5: no test collected

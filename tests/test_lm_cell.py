@@ -13,11 +13,12 @@ import sys
 import pytest
 
 from ssmbench import paths
-from ssmbench.config import REPO, Timing
 from ssmbench.lm import cell as lm_cell
 from ssmbench.lm.cell import LMCellSpec, run_lm_cell
 from ssmbench.lm.record import LMRecord, read_lm_record, write_lm_record
 from ssmbench.lm.table import lm_table, read_lm_table, write_lm_tables
+from ssmbench.matrix import Timing
+from ssmbench.paths import REPO
 
 TIMING = {"warmup": 1, "min_samples": 3, "max_samples": 6, "min_time_s": 0.0, "max_time_s": 2.0}
 TIMING["timeout_s"] = 90

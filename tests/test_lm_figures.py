@@ -23,10 +23,10 @@ import pandas as pd
 import pytest
 
 from ssmbench import claims, figures, tables
-from ssmbench.config import REPO
 from ssmbench.figures.data import load_cells, load_ops
 from ssmbench.lm.record import LMRecord
 from ssmbench.lm.table import cells_view, lm_ops_table, lm_table, write_lm_tables
+from ssmbench.paths import REPO
 from tests.conftest import NOTEBOOKS, draw_notebook
 
 CPU = "Intel(R) Xeon(R) Processor"

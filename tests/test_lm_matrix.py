@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from ssmbench import budget, paths
+from ssmbench import budget, paths, registry
 from ssmbench import config as sbconfig
 from ssmbench.lm import zoo
 from ssmbench.lm.matrix import LMCell
@@ -31,7 +31,7 @@ def test_the_lm_ci_preset_covers_every_class_of_the_zoo_at_ci_size():
     # one gate per (model, backend, dtype), whatever the number of cells
     assert len(plan.lm.verified) == len({(c.model, c.backend, c.dtype) for c in plan.lm.cells})
     assert len(plan.lm.profiled) == 1
-    assert set(plan.figures) == set(sbconfig.LM_FIGURES)
+    assert set(plan.figures) == set(registry.figures_of("lm"))
     assert {s.table for s in plan.figures.values()} == {"lm", "lm_ops", "claims"}
 
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ssmbench import ops, reference
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import BACKENDS, DTYPES
 from ssmbench.models.common import LOG_DECAY_FLOOR
 from ssmbench.models.mamba2 import SSD_BACKENDS, Mamba2Mixer, build_mixer

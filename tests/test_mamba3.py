@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ssmbench import ops
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import BACKENDS, build_model
 from ssmbench.models.mamba3 import (
     A_FLOOR,

@@ -12,9 +12,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ssmbench import ops
 from ssmbench.cell import CellSpec, run_cell
-from ssmbench.config import HALF_MATMULS, Cell, Size, Timing
+from ssmbench.matrix import Cell, Size, Timing
 from ssmbench.models import FAMILIES, deltanet, mamba2, mamba3
 from ssmbench.numerics import assert_close, compare
+from ssmbench.registry import HALF_MATMULS
 from ssmbench.verify import Inputs, verify_backend
 
 MIXED = ("mamba2", "mamba3", "deltanet", "hybrid")  # the families that offer torch-mixed

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import BACKENDS, FAMILIES, build_model
 from ssmbench.models.attention import valid_cache
 from ssmbench.models.common import CausalConv1d

@@ -18,7 +18,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ssmbench import offline
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 
 INSTALL = REPO / "scripts" / "offline_install.sh"
 

@@ -12,6 +12,7 @@ import pytest
 from ssmbench import config, paths
 from ssmbench.finish import NOT_REACHED, unfinished_records
 from ssmbench.pack import MANIFEST, pack
+from ssmbench.paths import REPO
 from ssmbench.provenance import vouched, write_sidecars
 
 
@@ -113,7 +114,7 @@ def test_the_lease_script_rejects_a_bad_budget(tmp_path, bad):
 
     out = subprocess.run(
         ["bash", "scripts/gpu_check.sh", str(tmp_path / "o"), "ci", "--budget-s", bad],
-        cwd=config.REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO, capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHON": "/nonexistent"},
     )  # fmt: skip
     assert out.returncode == 2

@@ -11,7 +11,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 
 
 def lock() -> dict[str, str]:

@@ -10,8 +10,9 @@ import pytest
 
 from ssmbench import paths, tables
 from ssmbench.cell import CellSpec
-from ssmbench.config import Cell, ConfigError, Size, Timing, load, paired_attention, plan
+from ssmbench.config import ConfigError, load, plan
 from ssmbench.finish import unfinished_paired
+from ssmbench.matrix import Cell, Size, Timing, paired_attention
 from ssmbench.paired import read_paired, run_paired, validate_paired, write_paired
 from tests.conftest import paired_record
 

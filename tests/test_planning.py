@@ -14,6 +14,7 @@ import pytest
 
 from ssmbench import config, progress
 from ssmbench.budget import cell_seconds, costs_for, jobs, paired_seconds
+from ssmbench.matrix import Cell
 from tests.conftest import snakemake
 
 CI = config.plan(config.load(overrides={"preset": "ci"}))
@@ -25,7 +26,7 @@ COUNT_CELL_COMPARISONS = """
 import sys
 sys.path.insert(0, "src")
 from snakemake.cli import main
-from ssmbench.config import Cell
+from ssmbench.matrix import Cell
 
 calls = 0
 generated_eq = Cell.__eq__
@@ -128,7 +129,7 @@ def test_progress_prices_each_job_by_the_cost_model():
     ]
     tracked = progress.tracked_jobs(CI, jobs_)
     costs = costs_for("cpu")
-    cell = config.Cell("mamba2", "torch", "prefill", 1, 32, 4, "fp32")
+    cell = Cell("mamba2", "torch", "prefill", 1, 32, 4, "fp32")
     assert [t.rule for t in tracked] == ["bench", "paired"]  # `all` writes nothing
     assert tracked[0].estimate_s == cell_seconds(CI, cell, costs)
     assert tracked[1].estimate_s == paired_seconds(CI, costs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ssmbench import config
 from ssmbench.cell import CellSpec
-from ssmbench.config import Cell
+from ssmbench.matrix import Cell
 from ssmbench.prewarm import prewarm, prewarm_groups
 
 CI = config.plan(config.load(overrides={"preset": "ci"}))

@@ -296,7 +296,7 @@ def test_profile_rejects_unknown_trace_suffix(tmp_path):
 def test_profiled_decode_step_of_mamba2_is_ssm_scan():
     """A decode step runs its family's operator step inside the registry's range, so the
     scan's einsums and pointwise ops count as ``ssm_scan``, not as GEMM and elementwise."""
-    from ssmbench.config import Size
+    from ssmbench.matrix import Size
     from ssmbench.models import build_model
 
     size = Size(d_model=16, n_layers=1, n_heads=2, head_dim=8, expand=2, d_conv=4, chunk=8)

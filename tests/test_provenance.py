@@ -14,9 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ssmbench import config as sbconfig
 from ssmbench import paths
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 from ssmbench.provenance import (
     MANIFEST,
     ProvenanceError,
@@ -28,10 +27,11 @@ from ssmbench.provenance import (
     write_manifest,
     write_sidecars,
 )
+from ssmbench.shipped import precollected_runs, shipped_kind
 from tests.conftest import snakemake
 
 PRECOLLECTED = REPO / "results" / "precollected"
-SHIPPED = sbconfig.precollected_runs(PRECOLLECTED)
+SHIPPED = precollected_runs(PRECOLLECTED)
 TABLE = "tables/cells.csv"
 
 
@@ -70,7 +70,7 @@ def test_every_committed_manifest_verifies(run):
     assert digest == sha256(PRECOLLECTED / run / MANIFEST)
     listed = read_manifest(PRECOLLECTED / run / MANIFEST)
     # a block run's cells and calibration, or a whole-model run's lm table
-    if sbconfig.shipped_kind(PRECOLLECTED / run) == "blocks":
+    if shipped_kind(PRECOLLECTED / run) == "blocks":
         needed = [TABLE, f"{TABLE}.prov.json", "device.json"]
     else:
         needed = ["tables/lm.csv", "tables/lm.csv.prov.json", "tables/lm_ops.csv"]

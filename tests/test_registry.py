@@ -100,7 +100,7 @@ def test_every_backend_has_its_phases_and_base():
             assert registry.BACKEND[backend.base].graph == backend.name
             assert registry.BACKEND_TIERS[backend.name] == registry.BACKEND_TIERS[backend.base]
     assert "decode" not in registry.BACKEND["compile"].phases
-    assert sbconfig.verified_backend("fused-graph") == "fused"
+    assert registry.verified_backend("fused-graph") == "fused"
 
 
 def test_every_family_operator_and_step_has_a_profiler_range():

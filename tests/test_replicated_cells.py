@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from ssmbench import analysis, paths, tables
-from ssmbench.config import Cell, ConfigError, load, plan
+from ssmbench.config import ConfigError, load, plan
 from ssmbench.finish import unfinished_records
+from ssmbench.matrix import Cell
 from tests.conftest import RECORD_SIZE, sampled_record
 
 DECODE_64 = dict(backend="torch", phase="decode", batch=1, seq_len=64, dtype="fp32")

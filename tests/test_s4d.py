@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ssmbench import ops
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import BACKENDS, build_model
 from ssmbench.models.s4d import S4DMixer, build_mixer, expm1_over_z
 from ssmbench.numerics import assert_close, to_numpy

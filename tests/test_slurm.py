@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 from ssmbench.scripting import copy_workflow
 from tests.conftest import SNAKEMAKE, snakemake
 

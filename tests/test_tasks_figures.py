@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from ssmbench import figures
-from ssmbench.config import REPO
 from ssmbench.figures.tasks import STUDY_LABEL
+from ssmbench.paths import REPO
 from ssmbench.registry import FAMILIES
 from tests.conftest import NOTEBOOKS
 

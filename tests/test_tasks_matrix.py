@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ssmbench import config as sbconfig
-from ssmbench import paths
+from ssmbench import paths, registry
 from ssmbench.tasks.matrix import TASKS_YAML, TaskCell, describe_cut, load_tasks
 from tests.conftest import ANCHORS
 
@@ -35,7 +35,7 @@ def test_the_tasks_preset_trains_parity_at_the_studys_budget_and_a_cut_selective
     # the speed of each trained family (a variant's is its family's) from the same run
     assert {c.model for c in plan.cells} == {"attention", "mamba", "mamba2", "mamba3"}
     assert {(c.phase, c.seq_len) for c in plan.cells} == {("prefill", 128), ("decode", 128)}
-    assert set(plan.figures) == set(sbconfig.TASK_FIGURES)
+    assert set(plan.figures) == set(registry.figures_of("tasks"))
     assert plan.run == "tasks-cpu"
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from ssmbench import config as sbconfig
-from ssmbench import paths
+from ssmbench import paths, registry
 from ssmbench.provenance import check
 from tests.conftest import copy_workflow, snakemake, succeeded
 
@@ -83,7 +83,7 @@ def test_the_figure_tables_join_the_study_and_the_families_speed(tasks_run):
 
 def test_the_task_figures_are_drawn(tasks_run):
     wf, _ = tasks_run
-    for figure in sbconfig.TASK_FIGURES:
+    for figure in registry.figures_of("tasks"):
         for ext in paths.FIGURE_EXTS:
             path = wf / "figures" / RUN / f"{figure}.{ext}"
             assert path.stat().st_size > 0, path

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ssmbench.config import Timing
+from ssmbench.matrix import Timing
 from ssmbench.measure.timing import measure, measure_pair, percentile
 
 TIMING = Timing(warmup=1, min_samples=6, max_samples=8, min_time_s=0.0, max_time_s=5.0)

@@ -14,6 +14,7 @@ import yaml
 from ssmbench import config as sbconfig
 from ssmbench import paths
 from ssmbench.provenance import sha256, write_manifest
+from ssmbench.shipped import precollected_runs
 from tests.conftest import ANCHORS, copy_workflow, snakemake
 
 pytestmark = pytest.mark.slow
@@ -133,7 +134,7 @@ def test_artifact_evaluation_without_torch(ci_run, tmp_path):
         "raise ImportError('torch is blocked: artifact evaluation must not import it')\n"
     )
     check(snakemake(wf, "--config", "source=precollected", env={"PYTHONPATH": str(blocker)}))
-    runs = sbconfig.precollected_runs(wf / "results" / "precollected")
+    runs = precollected_runs(wf / "results" / "precollected")
     assert "ci-copy" in runs
     assert "lm-cpu" in runs  # a whole-model run draws too, from its lm tables
     assert "tasks-cpu" in runs  # and a run with tasks, its task figures

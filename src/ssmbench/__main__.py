@@ -43,7 +43,9 @@ from pathlib import Path
 from ssmbench import config as sbconfig
 from ssmbench import registry
 from ssmbench.cell import CellSpec, cap_address_space, run_cell, run_verify
+from ssmbench.matrix import Cell, Size, Timing
 from ssmbench.records import write_record
+from ssmbench.registry import NO_STATE
 from ssmbench.scripting import positive_int
 
 # The registry's names, without importing torch for --help (graph backends included).
@@ -150,15 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(verify_record, indent=1))
         return 0 if verify_record["passed"] else 1
 
-    d_state = 0 if args.model in sbconfig.NO_STATE else args.d_state
+    d_state = 0 if args.model in NO_STATE else args.d_state
     spec = CellSpec(
         run="adhoc",
-        cell=sbconfig.Cell(
+        cell=Cell(
             args.model, args.backend, args.phase, args.batch, args.seq_len, d_state, args.dtype
         ),
         device=device,
-        size=sbconfig.Size(**preset["size"]),
-        timing=sbconfig.Timing(**preset["timing"]),
+        size=Size(**preset["size"]),
+        timing=Timing(**preset["timing"]),
         seed=args.seed,
         cache_source=args.cache,
     )
@@ -240,7 +242,7 @@ def _lm_cell(args) -> int:
             dtype=args.dtype,
             device=args.device,
             preset=args.preset,
-            timing=sbconfig.Timing(**timing),
+            timing=Timing(**timing),
             seed=args.seed,
             run=args.run,
         )

@@ -44,7 +44,8 @@ from datetime import datetime
 from pathlib import Path
 
 from ssmbench import paths
-from ssmbench.config import Cell, Plan
+from ssmbench.config import Plan
+from ssmbench.matrix import Cell
 from ssmbench.prewarm import prewarm_groups
 from ssmbench.registry import base_family
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ssmbench import counts as counts_mod
 from ssmbench import registry
-from ssmbench.config import Cell, Size, Timing, compute_dtype
+from ssmbench.matrix import Cell, Size, Timing, compute_dtype
 from ssmbench.provenance import cpu_model, git_state, now
 from ssmbench.records import CellRecord
 
@@ -300,8 +300,8 @@ def kv_cache_kind(c: Cell) -> str:
     """How a decode cell's attention layers keep their KV cache ("" where the cell has no
     attention layer or does not decode): "in-place" (preallocated, one token written per
     step) or "concatenated" (a new cache each step: the naive loop)."""
-    from ssmbench.config import verified_backend
     from ssmbench.models.attention import CONCAT_BACKENDS
+    from ssmbench.registry import verified_backend
 
     if c.phase != "decode" or c.model not in ("attention", "hybrid"):
         return ""

@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 from ssmbench.tables import family_of
 
 CLAIMS = REPO / "config" / "claims.yaml"

@@ -8,7 +8,6 @@ This module imports no torch: the workflow parses it on machines without one.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import os
 from dataclasses import dataclass, field
@@ -18,27 +17,19 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from ssmbench.devices import cuda_available
 from ssmbench.errors import ConfigError
 from ssmbench.lm.matrix import LMCell, LMMatrix, matrix
-
-# NO_STATE (the families whose cells pin d_state to 0, n0), GRAPH_BACKENDS (the decode step
-# of a base backend replayed in a CUDA graph, ssmbench.cell) and verified_backend are the
-# registry's; the rest of the package also reads them from here.
-from ssmbench.registry import (
-    FAMILY,
-    GRAPH_BACKENDS,  # noqa: F401
-    NO_STATE,
-    verified_backend,
-)
+from ssmbench.matrix import Cell, Size, Timing, expand_sweep, paired_attention
+from ssmbench.paths import REPO
+from ssmbench.registry import FIGURES, figures_of, verified_backend
+from ssmbench.shipped import precollected_runs, shipped_kind
 from ssmbench.tasks.matrix import TaskMatrix
 from ssmbench.tasks.matrix import matrix as task_matrix
 
-REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 CONFIG = REPO / "config" / "config.yaml"
 CONFIG_FILE = "config/config.yaml"  # the workflow's, relative to its working directory
-
-DTYPE_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2}
 
 # Folders beside the runs under results/, figures/ and logs/ that hold other runs' data
 # or their provenance checks (ssmbench.paths): a run of one of these names would write
@@ -53,187 +44,6 @@ MIN_CPU_MEM_LIMIT_GB = 1.0  # RLIMIT_AS of a CPU cell (ssmbench.cell.cap_address
 MIN_MEM_MB = 256  # Snakemake's mem_mb of a job: the resident set above, rounded up
 
 
-def paired_attention(cell: Cell) -> Cell:
-    """The attention side of the paired cell whose SSM side is ``cell``: the same backend,
-    phase, batch, T and dtype (attention has no state size: n0)."""
-    return Cell("attention", cell.backend, cell.phase, cell.batch, cell.seq_len, 0, cell.dtype)
-
-
-HALF_DTYPES = ("fp16", "bf16")
-# The hybrid's layers (ssmbench.models.hybrid): attention and Mamba-2 mixers.
-HYBRID_PARTS = FAMILY["hybrid"].parts
-# The SSM operators whose sequence form runs its matmuls in half precision, by backend
-# (fp32 accumulation, fp32 decays and state): mamba_ssm's and fla's chunked kernels, and
-# the torch-mixed forms (ssmbench.models: mamba2, mamba3, deltanet; the other families
-# raise BackendUnavailable).  Mamba-1's fused scan has no matmul: mamba_ssm's
-# selective_scan_cuda loads half inputs and scans in float32 registers.
-HALF_MATMULS = {
-    "fused": ("mamba2", "mamba3", "deltanet"),
-    "torch-mixed": ("mamba2", "mamba3", "deltanet"),
-}
-
-
-def compute_dtype(model: str, backend: str, phase: str, dtype: str) -> str:
-    """The precision a cell's sequence operator (its matmuls and state updates) runs in,
-    which its utilization is measured against (``ceiling_tflops``, ``compute_util``).
-
-    Projections (nn.Linear) always run in the cell's ``dtype``; what differs is the
-    operator.  For half-precision cells (fp16, bf16):
-
-    ========================  ===================  =========  =================================
-    model                     backend              phase      compute_dtype
-    ========================  ===================  =========  =================================
-    attention                 every one            every one  the cell's: matmuls, SDPA or
-                                                              FlashAttention in it (fp32
-                                                              accumulation)
-    mamba2, mamba3, deltanet  fused, fused-graph,  prefill,   the cell's: matmul operands in
-                              torch-mixed          train      half, fp32 accumulation, fp32
-                                                              decays and state (HALF_MATMULS)
-    s4d, mamba, mamba2,       naive, torch,        every one  fp32: the operator widens its
-    mamba3, deltanet          compile, torch-graph            inputs (models.common.widen)
-    mamba                     fused, fused-graph   every one  fp32: a float32 scan, no matmul
-    any SSM                   every one            decode     fp32: a one-token step updates
-                                                              an fp32 state elementwise
-                                                              (torch-mixed runs torch's step)
-    hybrid                    as its parts         as parts   fp32 if any part runs in fp32,
-                                                              else the cell's
-    ========================  ===================  =========  =================================
-
-    A lower precision is never claimed: a hybrid cell is reported at the widest precision
-    any of its operators runs in (its attention layers run half in every backend, so its
-    Mamba-2 layers decide).  A backend a family does not offer (torch-mixed of s4d and
-    mamba, fused of s4d) counts as widened; its cells are ``unavailable`` anyway, as are
-    torch-mixed's fp16 cells (ssmbench.models.common.mixed_matmul_dtype).  An fp32
-    or fp64 cell computes in its own dtype throughout.  (fp32 through a fused Triton kernel
-    on CUDA multiplies in TF32, which this device-free rule does not say.)
-
-    Returns:
-        "fp64", "fp32", "fp16" or "bf16".
-    """
-    if dtype not in HALF_DTYPES:
-        return dtype
-    parts = HYBRID_PARTS if model == "hybrid" else (model,)
-    if any(_widened(part, verified_backend(backend), phase) for part in parts):
-        return "fp32"
-    return dtype
-
-
-def _widened(family: str, backend: str, phase: str) -> bool:
-    """Whether ``family``'s operator computes a half-precision cell in float32."""
-    if family == "attention":
-        return False
-    if phase == "decode":
-        return True
-    return family not in HALF_MATMULS.get(backend, ())
-
-
-@dataclass(frozen=True)
-class Size:
-    """Block size shared by every family of a run (the preset's ``size``).
-
-    Attention uses ``n_heads * head_dim`` as its inner width; Mamba-1 uses
-    ``expand * d_model`` (the paper's E * D) and ignores the head fields.
-    """
-
-    d_model: int  # model width (the paper's D)
-    n_layers: int  # residual blocks
-    n_heads: int  # heads of attention and of the delta rule
-    head_dim: int  # their head dim (and Mamba-2/3's head dim P)
-    expand: int  # Mamba block expansion factor (the paper's E, 2 in all its models)
-    d_conv: int  # Mamba causal depthwise conv width (4 in the paper)
-    chunk: int  # chunk size of the chunked / parallel forms
-    # The hybrid's layers, cycled over n_layers: M = Mamba-2, A = attention (Jamba: MMMAMMMM)
-    hybrid_pattern: str = "MA"
-
-    @property
-    def d_inner(self) -> int:
-        """The Mamba-1 inner width, E * D."""
-        return self.expand * self.d_model
-
-    def layer_kind(self, index: int) -> str:
-        """``"M"`` (Mamba-2) or ``"A"`` (attention): layer ``index`` of the hybrid."""
-        pattern = self.hybrid_pattern
-        if not pattern or set(pattern) - {"M", "A"}:
-            raise ValueError(f"hybrid_pattern must be a string of M and A, got {pattern!r}")
-        return pattern[index % len(pattern)]
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Sampling budget of a cell (see :func:`ssmbench.measure.timing.measure`).
-
-    Warm-up: ``warmup`` calls and at least ``warmup_s`` seconds (Triton autotuning and GPU
-    clocks settle in it).  Then samples until ``min_samples`` and ``min_time_s`` are both
-    reached and the relative spread of the samples (interquartile range over median) is at
-    most ``target_spread`` (0: no spread target), or until ``max_samples`` or
-    ``max_time_s``.  ``timeout_s`` bounds the whole cell: a cell that has not taken
-    ``min_samples`` samples by then is a ``timeout`` and keeps the samples it took.
-    ``host_allocator`` is the measuring process's malloc policy: ``retain`` (freed memory
-    kept, as on GPUs) or ``system`` (:mod:`ssmbench.measure.allocator`).
-    """
-
-    warmup: int
-    min_samples: int
-    max_samples: int
-    min_time_s: float
-    max_time_s: float
-    warmup_s: float = 0.0
-    target_spread: float = 0.0
-    timeout_s: float | None = None
-    host_allocator: str = "retain"  # ssmbench.measure.allocator
-
-
-@dataclass(frozen=True, order=True)
-class Cell:
-    """The axes of one measurement (the run and its size preset come from the :class:`Plan`)."""
-
-    model: str
-    backend: str
-    phase: str
-    batch: int
-    seq_len: int
-    d_state: int
-    dtype: str
-
-
-# The table a figure is drawn from, when not the cells table.
-FIGURE_TABLES = {
-    "op_breakdown": "ops",
-    "claims": "claims",
-    "go_no_go": "go_no_go",  # the verdict's go/no-go table, with its intervals
-    "decode_graph_speedup": "speedups",  # the verdict's speed-ups table, likewise
-    # a run with tasks: the headline accuracy per seed with the study's value, and the same
-    # beside each family's prefill and decode times (rule task_figure_tables)
-    "task_accuracy": "task_accuracy",
-    "quality_vs_speed": "quality_vs_speed",
-}
-# the table kind a figure's notebook is given (its parameter ``<kind>_path``), where it
-# is not the table's own: a whole-model run's lm tables are drawn as cells and ops
-# (ssmbench.lm.table.cells_view), and both task figures' tables as tasks
-NOTEBOOK_KIND = {
-    "lm": "cells",
-    "lm_ops": "ops",
-    "task_accuracy": "tasks",
-    "quality_vs_speed": "tasks",
-}
-# the tables a figure copies as they are, made by the aggregate, verdict or task rules
-RUN_TABLES = ("claims", "go_no_go", "speedups", "task_accuracy", "quality_vs_speed")
-# A whole-model run's figures: the block figures of SSM-Scope's kinds, drawn by the same
-# notebooks from its lm tables (ssmbench.lm.table.cells_view), and its claims; name ->
-# the phase it shows (None: all)
-LM_FIGURES = {
-    "ttft_tpot_crossover": None,
-    "memory_footprint": "prefill",  # SSM-Scope's Fig. 5: the prefill's footprint
-    "energy_per_token": None,
-    "throughput": None,
-    "op_breakdown": None,
-    "claims": None,
-}
-# A run with tasks (preset key `tasks`, ssmbench.tasks) draws these, whatever config key
-# `figures` says: its block cells are each family's speed at the tasks' length
-TASK_FIGURES = ("task_accuracy", "quality_vs_speed", "claims")
-
-
 @dataclass(frozen=True)
 class FigureSpec:
     name: str
@@ -244,12 +54,19 @@ class FigureSpec:
 
     @property
     def table(self) -> str:
-        """The table the figure reads: ``"cells"``, ``"ops"``, one of RUN_TABLES, or for a
-        whole-model run ``"lm"`` or ``"lm_ops"``."""
-        table = FIGURE_TABLES.get(self.name, "cells")
+        """The table the figure reads (``registry.FIGURES``): ``"cells"``, ``"ops"``, one
+        of ``registry.RUN_TABLES``, or for a whole-model run ``"lm"`` or ``"lm_ops"``."""
+        table = FIGURES[self.name].table
         if self.lm and table in ("cells", "ops"):
             return f"lm_{table}" if table == "ops" else "lm"
         return table
+
+    @property
+    def notebook_kind(self) -> str:
+        """The kind of table its notebook is given (its parameter ``<kind>_path``): a
+        whole-model run's lm tables are drawn as cells and ops
+        (``ssmbench.lm.table.cells_view``)."""
+        return {"lm": "cells", "lm_ops": "ops"}.get(self.table, FIGURES[self.name].notebook_kind)
 
     def selects(self, cell: Cell) -> bool:
         return (
@@ -560,51 +377,10 @@ def _schema(path: str) -> dict:
         return yaml.safe_load(f)
 
 
-def cuda_available() -> bool:
-    """Whether an NVIDIA driver is loaded, judged without importing torch.
-
-    ``SSMBENCH_DEVICE=cpu|cuda`` overrides the guess.
-    """
-    forced = os.environ.get("SSMBENCH_DEVICE")
-    if forced in ("cpu", "cuda"):
-        return forced == "cuda"
-    return Path("/proc/driver/nvidia/version").exists()
-
-
-def visible_gpus() -> int:
-    """How many GPUs this process may use, judged without importing torch: the devices
-    ``CUDA_VISIBLE_DEVICES`` lists when it is set, else the driver's GPU folders under
-    /proc/driver/nvidia/gpus; 1 when neither says (a cuda preset needs one anyway)."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        count = len([d for d in listed.split(",") if d.strip() and d.strip() != "-1"])
-    else:
-        gpus = Path("/proc/driver/nvidia/gpus")
-        count = len(list(gpus.iterdir())) if gpus.is_dir() else 0
-    return max(count, 1)
-
-
-def expand_sweep(sweep: dict) -> list[Cell]:
-    """The cells of one sweep: the product of its axes, with placeholders for absent axes."""
-    cells = []
-    for model, backend, phase, batch, seq_len, d_state, dtype in itertools.product(
-        sweep["models"],
-        sweep["backends"],
-        sweep["phases"],
-        sweep["batch"],
-        sweep["seq_len"],
-        sweep["d_state"],
-        sweep["dtype"],
-    ):
-        d_state = 0 if model in NO_STATE else d_state
-        cells.append(Cell(model, backend, phase, batch, seq_len, d_state, dtype))
-    return cells
-
-
 def plan(config: dict, cuda: bool | None = None) -> Plan:
     """Validate ``config`` and resolve it into a :class:`Plan`.
 
-    ``cuda`` says whether a GPU is present (default: :func:`cuda_available`); it decides
+    ``cuda`` says whether a GPU is present (default: ``devices.cuda_available``); it decides
     ``preset: auto`` and whether a ``cuda`` preset can run here.
     """
     for key in ("run", "preset"):
@@ -676,7 +452,7 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
     if lm.cells:  # config key `figures` filters the block figures
         figures = lm_figures(profiled=bool(lm.profiled))
     elif tasks:  # its block cells are the tasks' speed, not a sweep of their own
-        figures = {fig: FigureSpec(fig) for fig in TASK_FIGURES}
+        figures = {fig: FigureSpec(fig) for fig in figures_of("tasks")}
     elif source == "live":
         for spec in figures.values():
             _check_figure(name, spec, sorted(profiled) if spec.table == "ops" else cells)
@@ -717,10 +493,11 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
 
 
 def lm_figures(profiled: bool = True) -> dict[str, FigureSpec]:
-    """A whole-model run's figures (LM_FIGURES): op_breakdown only with profiled cells."""
+    """A whole-model run's figures (``registry.figures_of("lm")``, each at its
+    ``lm_phase``): op_breakdown only with profiled cells."""
     return {
-        name: FigureSpec(name, phase, lm=True)
-        for name, phase in LM_FIGURES.items()
+        name: FigureSpec(name, FIGURES[name].lm_phase, lm=True)
+        for name in figures_of("lm")
         if profiled or name != "op_breakdown"
     }
 
@@ -921,34 +698,16 @@ def _check_figure(preset: str, spec: FigureSpec, cells: list[Cell]) -> None:
         )
 
 
-def precollected_runs(directory: str | os.PathLike) -> list[str]:
-    """Names of the runs shipped under ``directory`` (those with a cells or lm table)."""
-    root = Path(directory)
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if shipped_kind(p))
-
-
 def shipped_figures(
     run_dir: str | os.PathLike, blocks: dict[str, FigureSpec]
 ) -> dict[str, FigureSpec]:
-    """The figures a shipped run draws, by the tables it has: a run with tasks its
-    TASK_FIGURES, a whole-model run lm_figures (op_breakdown where it has profiles), a
-    block run ``blocks`` (the config's figures)."""
+    """The figures a shipped run draws, by the tables it has: a run with tasks its task
+    figures, a whole-model run lm_figures (op_breakdown where it has profiles), a block
+    run ``blocks`` (the config's figures)."""
     tables = Path(run_dir) / "tables"
     if (tables / "tasks.csv").is_file():
-        return {name: FigureSpec(name) for name in TASK_FIGURES}
+        return {name: FigureSpec(name) for name in figures_of("tasks")}
     if shipped_kind(run_dir) == "lm":
         ops = tables / "lm_ops.csv"
         return lm_figures(profiled=ops.is_file() and len(ops.read_text().splitlines()) > 1)
     return blocks
-
-
-def shipped_kind(run_dir: str | os.PathLike) -> str | None:
-    """``"blocks"`` or ``"lm"``: which table a shipped run has; None when neither."""
-    tables = Path(run_dir) / "tables"
-    if (tables / "cells.csv").is_file():
-        return "blocks"
-    if (tables / "lm.csv").is_file():
-        return "lm"
-    return None

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ssmbench.config import DTYPE_BYTES, Size
+from ssmbench.matrix import DTYPE_BYTES, Size
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable
 
 from ssmbench import paths
-from ssmbench.config import Cell
+from ssmbench.matrix import Cell
 from ssmbench.records import CellRecord
 
 NOT_REACHED = {

@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 
 import jsonschema
 
-from ssmbench.config import REPO, Cell, compute_dtype, paired_attention
+from ssmbench.matrix import Cell, compute_dtype, paired_attention
+from ssmbench.paths import REPO
 from ssmbench.records import (
     RecordError,
     check_schema,

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import functools
 import string
+from pathlib import Path
+
+# the checkout this package is used from (src/ssmbench/paths.py: two folders up)
+REPO = Path(__file__).resolve().parents[2]
 
 PRECOLLECTED = "results/precollected"
 

@@ -22,7 +22,8 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ssmbench.config import Cell, verified_backend
+from ssmbench.matrix import Cell
+from ssmbench.registry import verified_backend
 
 # backends whose kernels are compiled or tuned per process (graph backends share their
 # base's kernels, so a fused-graph cell is prewarmed by its base's job)

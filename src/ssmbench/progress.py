@@ -26,7 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ssmbench import budget
-from ssmbench.config import Cell, Plan
+from ssmbench.config import Plan
+from ssmbench.matrix import Cell
 
 # the jobs that make a cell (or one process of a replicated one)
 CELL_RULES = ("bench", "bench_replicate", "paired", "lm_bench", "task_train")

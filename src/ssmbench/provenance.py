@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ssmbench.config import REPO
-from ssmbench.paths import PROV_SUFFIX, prov
+from ssmbench.paths import PROV_SUFFIX, REPO, prov
 from ssmbench.records import write_json_atomic
 
 PACKAGES = (

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jsonschema
 
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 from ssmbench.registry import STATUSES  # noqa: F401  (read from here by tables and paired)
 
 SCHEMA = REPO / "workflow" / "schemas" / "record.schema.json"

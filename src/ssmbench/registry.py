@@ -189,6 +189,17 @@ SSM_FAMILIES = tuple(f for f in FAMILIES if f != "attention")
 NO_STATE = frozenset(f.name for f in _FAMILIES if not f.has_state)
 
 
+# The SSM operators whose sequence form runs its matmuls in half precision, by backend
+# (fp32 accumulation, fp32 decays and state): mamba_ssm's and fla's chunked kernels, and
+# the torch-mixed forms (ssmbench.models: mamba2, mamba3, deltanet; the other families
+# raise BackendUnavailable).  Mamba-1's fused scan has no matmul: mamba_ssm's
+# selective_scan_cuda loads half inputs and scans in float32 registers.
+HALF_MATMULS = {
+    "fused": ("mamba2", "mamba3", "deltanet"),
+    "torch-mixed": ("mamba2", "mamba3", "deltanet"),
+}
+
+
 # --- named variants of a family's block (the quality axis only) -----------------------
 
 
@@ -326,3 +337,61 @@ def range_scope(name: str) -> str | None:
         return None
     scope = name[len(RANGE_PREFIX) :].split("::", 1)[0]
     return scope if scope in SCOPES else None
+
+
+# --- figures -----------------------------------------------------------------------------
+
+# The kinds of run a figure is drawn for: a live or shipped block run ("blocks"), a
+# whole-model run ("lm", from its lm tables through ssmbench.lm.table.cells_view), a run
+# with tasks ("tasks": its block cells are the families' speed), an imported run of
+# another study ("imported", ssmbench.importers)
+RUN_KINDS = ("blocks", "lm", "tasks", "imported")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure: the function that draws it (``ssmbench.figures.<module>.<name>``), the
+    table it draws from, and the runs that draw it.  Its notebook is
+    ``notebooks/<name>.ipynb`` and its caption ``workflow/report/<name>.rst``."""
+
+    name: str
+    module: str  # the figures module that draws it
+    table: str = "cells"  # cells, ops, or a table a run's rules make (RUN_TABLES)
+    runs: tuple[str, ...] = ("blocks",)
+    lm_phase: str | None = None  # the phase a whole-model run's draws (None: all)
+
+    @property
+    def notebook_kind(self) -> str:
+        """The notebook's table parameter (``<kind>_path``): the table's own name, but
+        ``tasks`` for the task figures' tables (both read as task tables)."""
+        return "tasks" if self.table in TASK_TABLES else self.table
+
+
+# the tables a figure copies as a run's rules made them (aggregate, verdict, task rules)
+TASK_TABLES = ("task_accuracy", "quality_vs_speed")
+RUN_TABLES = ("claims", "go_no_go", "speedups", *TASK_TABLES)
+
+_BLOCKS_LM = ("blocks", "lm", "imported")  # SSM-Scope's kinds of figure, all three runs
+_FIGURES = (
+    Figure("latency_scaling", "latency"),
+    Figure("bandwidth_utilization", "utilization"),
+    Figure("compute_utilization", "utilization"),
+    Figure("roofline", "utilization"),
+    Figure("memory_footprint", "memory", runs=_BLOCKS_LM, lm_phase="prefill"),
+    Figure("energy_per_token", "energy", runs=("blocks", "lm")),
+    Figure("op_breakdown", "ops", table="ops", runs=_BLOCKS_LM),
+    Figure("efficiency_sweep", "utilization"),
+    Figure("decode_graph_speedup", "decode", table="speedups"),
+    Figure("ttft_tpot_crossover", "latency", runs=_BLOCKS_LM),
+    Figure("throughput", "latency", runs=_BLOCKS_LM),
+    Figure("go_no_go", "verdict", table="go_no_go"),
+    Figure("claims", "verdict", table="claims", runs=RUN_KINDS),
+    Figure("task_accuracy", "tasks", table="task_accuracy", runs=("tasks",)),
+    Figure("quality_vs_speed", "tasks", table="quality_vs_speed", runs=("tasks",)),
+)
+FIGURES: dict[str, Figure] = {f.name: f for f in _FIGURES}
+
+
+def figures_of(kind: str) -> tuple[str, ...]:
+    """The figures a run of ``kind`` (RUN_KINDS) draws, in the catalogue's order."""
+    return tuple(f.name for f in _FIGURES if kind in f.runs)

@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 
 # What a clean clone holds: everything but environments and generated files.
 NOT_IN_A_CLONE = (

@@ -7,21 +7,20 @@ from pathlib import Path
 
 from ssmbench import heal, outcome, paths, runlock  # noqa: E402
 from ssmbench.config import (  # noqa: E402
-    Cell,
-    RUN_TABLES,
     ConfigError,
-    LMCell,
     from_command_line,
     plan,
-    precollected_runs,
     read_config_file,
     shipped_figures,
-    verified_backend,
-    visible_gpus,
 )
+from ssmbench.devices import visible_gpus  # noqa: E402
 from ssmbench.importers.layout import RUNS as SSM_SCOPE_RUNS  # noqa: E402
+from ssmbench.lm.matrix import LMCell  # noqa: E402
+from ssmbench.matrix import Cell  # noqa: E402
 from ssmbench.prewarm import PREWARM_BACKENDS, prewarm_groups  # noqa: E402
 from ssmbench.provenance import vouched  # noqa: E402
+from ssmbench.registry import RUN_TABLES, figures_of, verified_backend  # noqa: E402
+from ssmbench.shipped import precollected_runs  # noqa: E402
 from ssmbench.tasks.matrix import TaskCell  # noqa: E402
 
 # Every config file read strictly (the --configfile ones too: a key twice is refused),
@@ -47,13 +46,7 @@ SIZE = vars(PLAN.size) if PLAN.size else {}  # the blocks' size (none in a prese
 # Runs made from another study's published data (--config import_ssm_scope=<clone>), and
 # the figures their data can draw.
 IMPORTED_RUNS = list(SSM_SCOPE_RUNS) if PLAN.import_ssm_scope else []
-IMPORTED_FIGURES = [
-    "memory_footprint",
-    "throughput",
-    "ttft_tpot_crossover",
-    "op_breakdown",
-    "claims",
-]
+IMPORTED_FIGURES = figures_of("imported")
 LIVE = PLAN.source == "live"
 # The report's landing page (workflow/report/workflow.rst) includes this run's verdict.
 if LIVE:
@@ -421,6 +414,11 @@ def imported_figure_table(wildcards):
 
 def figure_kind(wildcards):
     return figure_spec(wildcards).table
+
+
+def figure_notebook_kind(wildcards):
+    """The kind of table the figure's notebook takes (its parameter ``<kind>_path``)."""
+    return figure_spec(wildcards).notebook_kind
 
 
 def figure_filters(wildcards):

@@ -53,7 +53,7 @@ rule figure:
         "../../envs/analysis.yaml"
     params:
         filters=figure_filters,
-        table=figure_kind,
+        notebook_kind=figure_notebook_kind,
         # Snakemake reads a report caption from one fixed path per rule: the template
         # workflow/report/figure.rst prints this, the text of workflow/report/<figure>.rst.
         caption=lambda w: Path(

@@ -63,11 +63,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from ssmbench.cell import device_name, device_unavailable, error_status
-from ssmbench.config import Timing
 from ssmbench.lm import backends
 from ssmbench.lm.build import DTYPES, build
 from ssmbench.lm.record import LMRecord
 from ssmbench.lm.zoo import PRESETS, entry
+from ssmbench.matrix import Timing
 from ssmbench.provenance import git_state, now
 
 PHASES = ("prefill", "decode")

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import jsonschema
 
-from ssmbench.config import REPO
+from ssmbench.paths import REPO
 from ssmbench.records import check_schema, read_json, write_json_atomic
 
 SCHEMA = REPO / "workflow" / "schemas" / "lm_record.schema.json"

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ssmbench.config import Timing
+from ssmbench.matrix import Timing
 from ssmbench.measure.timing import measure
 from ssmbench.provenance import cpu_model, now
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ssmbench.config import Timing
 from ssmbench.errors import CellTimeout
+from ssmbench.matrix import Timing
 
 __all__ = ["CellTimeout", "TimingResult", "deadline_alarm", "measure", "measure_pair"]
 

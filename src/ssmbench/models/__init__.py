@@ -15,8 +15,9 @@ import importlib
 import torch
 
 from ssmbench import registry
-from ssmbench.config import GRAPH_BACKENDS, Size
+from ssmbench.matrix import Size
 from ssmbench.models.common import ResidualStack
+from ssmbench.registry import GRAPH_BACKENDS
 
 FAMILIES = registry.FAMILIES  # each a module ssmbench.models.<family>
 # Eager backends every family implements; "compile" is torch.compile of "torch" (made by

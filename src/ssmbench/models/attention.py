@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import fused
 from ssmbench.models.common import RandomDraws, not_offered, pick_backend
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import attention, mamba2
 
 # The backend an attention layer of the hybrid runs for the hybrid's backend, where not

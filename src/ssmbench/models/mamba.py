@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import fused
 from ssmbench.models.common import (
     LOG_DECAY_FLOOR,

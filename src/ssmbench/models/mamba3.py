@@ -65,8 +65,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench import registry
-from ssmbench.config import Size
 from ssmbench.counts import rotation_pairs
+from ssmbench.matrix import Size
 from ssmbench.models import fused
 from ssmbench.models.common import (
     A_INIT_RANGE,

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models.common import DT_INIT_RANGE, RandomDraws, not_offered, pick_backend, widen
 
 S4DCache = tuple[torch.Tensor]  # (ssm_state (b, h, n) complex,)

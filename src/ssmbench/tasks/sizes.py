@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ssmbench import registry
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 
 # Our family -> the name of its entry in the study's configs.  DeltaNet and the hybrid are
 # ours, not the study's: DeltaNet takes the transformer's entry (d_model, n_layers and its

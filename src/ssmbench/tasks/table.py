@@ -51,7 +51,6 @@ FIGURE_COLUMNS = [
     "device",
 ]
 SPEED_COLUMNS = ["prefill_ms", "decode_ms", "speed_T", "speed_batch", "speed_backend"]
-FIGURE_TABLES = ("task_accuracy", "quality_vs_speed")  # the tables rule task_figure_tables writes
 
 
 def tasks_table(records: list[dict]) -> pd.DataFrame:

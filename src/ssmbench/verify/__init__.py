@@ -34,7 +34,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ssmbench.config import Size
+from ssmbench.matrix import Size
 from ssmbench.models import DTYPES, build_model
 from ssmbench.models.attention import valid_cache
 from ssmbench.models.common import BackendUnavailable, RandomDraws
