@@ -23,7 +23,14 @@ import pandas as pd
 
 # BACKEND_TIERS: how tuned a backend is.  A side is compared at the highest tier both sides
 # reached, so a naive loop is never set against a fused kernel.
-from ssmbench.registry import BACKEND_TIERS, PHASES, SSM_FAMILIES, STATUSES
+from ssmbench.registry import (
+    BACKEND_TIERS,
+    GRAPH_PAIRS,
+    PHASES,
+    RECURRENT_FAMILIES,
+    SSM_FAMILIES,
+    STATUSES,
+)
 from ssmbench.select import cells_of, lines, smallest_batch
 from ssmbench.stats import (
     HIERARCHICAL,
@@ -45,7 +52,6 @@ ANSWERS = {"above": "ssm faster", "below": "attention faster", "inconclusive": "
 # (separate cells, replicated)
 SEPARATE, WIDENED = "separate cells", "separate cells, widened"
 REPLICATED = "separate cells, replicated"
-INTERVAL_SOURCES = (HIERARCHICAL, WITHIN_PROCESS, REPLICATED, WIDENED, SEPARATE)
 PAIRED_SOURCES = (HIERARCHICAL, WITHIN_PROCESS)
 # the cells-table columns the ratios read (absent ones read as empty)
 _NUMERIC = ("time_ms_median", "flop", "energy_j")
@@ -78,7 +84,6 @@ GO_NO_GO_COLUMNS = [
     "device_name",
 ]
 
-GRAPH_PAIRS = (("torch", "torch-graph"), ("fused", "fused-graph"))  # (eager, graph)
 GRAPH_TARGET = 3.0  # the CUDA-graph target: a replay at least 3x faster than the eager step
 
 
@@ -407,7 +412,6 @@ def read_table(path, columns: list[str]) -> pd.DataFrame:
 # Crossovers: the TTFT / TPOT figure's points
 
 # Families whose crossing with an attention line the crossover figure marks.
-RECURRENT_FAMILIES = ("mamba", "mamba2", "mamba3", "s4d", "deltanet")
 # The crossover figure's quantities: (phase, column of crossover_data).
 CROSSOVER_COLUMNS = (("prefill", "ttft_ms"), ("decode", "tpot_ms"))
 

@@ -307,7 +307,7 @@ def jobs(plan: Plan) -> list[Job]:
         name = f"{c.model}/{c.backend}/{c.phase}/b{c.batch}-t{c.seq_len}-{c.dtype}"
         seconds = boot + costs.build_s + costs.profile_s
         out.append(Job("profile", name, seconds))
-    if getattr(plan, "tasks", None):
+    if plan.tasks:
         out += task_jobs(plan, costs)
     out.append(Job("aggregate", "tables, claims", costs.aggregate_s))
     # figures run side by side (local jobs): each costs its share of the wall time

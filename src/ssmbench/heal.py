@@ -158,9 +158,7 @@ def planned_outputs(plan) -> list[tuple[str, Check]]:
     if plan.device == "cuda":
         outputs += [(paths.prewarm(run, *key), _prewarm) for key in prewarm_groups(plan.cells)]
     outputs += [(paths.cell_record(run, c, r), _cell) for c, r in plan.bench_jobs]
-    outputs += [
-        (paths.paired_record(run, c, r), _paired) for c, r in getattr(plan, "paired_jobs", ())
-    ]
+    outputs += [(paths.paired_record(run, c, r), _paired) for c, r in plan.paired_jobs]
     for c in sorted(plan.profiled):
         outputs += [(paths.ops(run, c), _ops), (paths.trace(run, c), _bytes_only)]
     lm = plan.lm  # whole models (ssmbench.lm)
@@ -168,7 +166,7 @@ def planned_outputs(plan) -> list[tuple[str, Check]]:
     outputs += [(paths.lm_cell_record(run, c), _lm_cell) for c in lm.cells]
     for c in sorted(lm.profiled):
         outputs += [(paths.lm_ops(run, c), _ops), (paths.lm_trace(run, c), _bytes_only)]
-    if getattr(plan, "tasks", None):  # training jobs (ssmbench.tasks)
+    if plan.tasks:  # training jobs (ssmbench.tasks)
         outputs += [(paths.task_record(run, c), _task) for c in plan.tasks.cells]
     return outputs
 
@@ -222,7 +220,7 @@ def stale_tables(plan, unfinished: list[str], write: bool, log) -> None:
     reads the task records; aggregate reads it)."""
     first = paths.LM_TABLES[0] if plan.kind == "lm" else paths.TABLES[0]
     sidecars = [paths.prov(paths.table(plan.run, first))]
-    if getattr(plan, "tasks", None):
+    if plan.tasks:
         sidecars.append(paths.prov(paths.table(plan.run, paths.TASKS_TABLE)))
     sidecars = [s for s in sidecars if os.path.exists(s)]
     if not unfinished or not sidecars:
@@ -313,7 +311,7 @@ def heal_plan(plan, main_process: bool = True, argv: list[str] | None = None, lo
             )
         if check is not _prewarm and not (why is None and os.path.exists(paths.prov(path))):
             unfinished.append(path)  # bad, missing, or without its sidecar
-    if not getattr(plan, "partial", ""):  # finishing a stopped run: missing stays missing
+    if not plan.partial:  # finishing a stopped run: missing stays missing
         stale_tables(plan, unfinished, write, log)
     if write:
         outcome.clear_stop(plan.run, log)

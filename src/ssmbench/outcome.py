@@ -60,7 +60,7 @@ def cell_statuses(plan) -> tuple[Counter, list[str]]:
         for c in plan.cells
     ]
     models = [(paths.lm_cell_record(plan.run, c), c.name) for c in plan.lm.cells]
-    matrix = getattr(plan, "tasks", None)  # training jobs (ssmbench.tasks)
+    matrix = plan.tasks  # training jobs (ssmbench.tasks)
     tasks = [(paths.task_record(plan.run, c), c.name) for c in matrix.cells] if matrix else []
     readers = [read_record] * len(blocks) + [read_lm_record] * len(models)
     readers += [read_task_record] * len(tasks)

@@ -19,7 +19,7 @@ from pathlib import Path
 import jsonschema
 
 from ssmbench.paths import REPO
-from ssmbench.registry import STATUSES  # noqa: F401  (read from here by tables and paired)
+from ssmbench.registry import VERIFY_STATUSES
 
 SCHEMA = REPO / "workflow" / "schemas" / "record.schema.json"
 SCHEMA_VERSION = 3  # 3: replicate, replicates (headline cells in several processes)
@@ -337,7 +337,6 @@ def read_record(path: str | os.PathLike) -> CellRecord:
 
 # The verify record (ssmbench.cell.run_verify): what the cells, prewarm and tables read
 VERIFY_KEYS = ("model", "backend", "device", "status", "reason", "checks")
-VERIFY_STATUSES = ("passed", "failed", "unavailable")
 
 
 def validate_verify(data: dict, path: str | os.PathLike = "<verify record>") -> None:

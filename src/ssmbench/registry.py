@@ -54,7 +54,7 @@ from dataclasses import dataclass
 PHASES = ("prefill", "decode", "train")
 SEQUENCE_PHASES = ("prefill", "train")  # the sequence operator (train: its backward too)
 STEP_PHASES = ("decode",)  # the one-token step
-# Cell statuses in DESIGN.md's order ("Status is data")
+# Cell statuses (docs/ARCHITECTURE.md, "The contract": status is data)
 STATUSES = ("ok", "oom", "unavailable", "timeout", "failed", "not_run")
 # dtypes a sweep may list; verification also knows fp64 (the references' precision)
 SWEEP_DTYPES = ("fp32", "fp16", "bf16")
@@ -185,7 +185,10 @@ FAMILIES = tuple(FAMILY)
 OPERATOR_FAMILIES = tuple(f.name for f in _FAMILIES if f.operator is not None)
 # the families a go/no-go row sets against attention
 SSM_FAMILIES = tuple(f for f in FAMILIES if f != "attention")
-# axes a family does not have are pinned to a placeholder (DESIGN.md, "The cell")
+# the families whose decode step is a recurrence of their own (the hybrid's are its
+# parts'): their TTFT and TPOT lines cross attention's (ssmbench.analysis.crossovers)
+RECURRENT_FAMILIES = tuple(f for f in OPERATOR_FAMILIES if f != "attention")
+# axes a family does not have are pinned to a placeholder (docs/ARCHITECTURE.md, "The contract")
 NO_STATE = frozenset(f.name for f in _FAMILIES if not f.has_state)
 
 
@@ -306,6 +309,12 @@ def verified_backend(backend: str) -> str:
 
 # backends whose kernels are Triton or CUDA code of their own (mamba_ssm, fla, FlashAttention)
 FUSED_BACKENDS = tuple(b for b in BACKENDS if verified_backend(b) == "fused")
+# (eager, graph): each eager decode step beside its CUDA-graph replay
+GRAPH_PAIRS = tuple((base, graph) for graph, base in GRAPH_BACKENDS.items())
+
+# A verification's statuses, per phase and in all (ssmbench.verify; the verify records
+# and table): passed, failed, or unavailable with the reason
+VERIFY_STATUSES = ("passed", "failed", "unavailable")
 
 
 # --- profiler scopes -------------------------------------------------------------------

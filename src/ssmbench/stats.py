@@ -43,7 +43,6 @@ import numpy as np
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 SEED = 0
-METHODS = ("paired", "unpaired")
 # the kind of a replicated ratio's interval (:func:`replicated_ratio`)
 HIERARCHICAL, WITHIN_PROCESS = "hierarchical", "within-process"
 # a replicate whose ratio lies further than this many MADs (scaled to a normal's sd) from

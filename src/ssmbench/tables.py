@@ -15,8 +15,8 @@ import pandas as pd
 import pandera.pandas as pa
 
 from ssmbench.measure.profile import BUCKETS  # torch-free at import
-from ssmbench.records import STATUSES, CellRecord
-from ssmbench.registry import PHASES
+from ssmbench.records import CellRecord
+from ssmbench.registry import PHASES, STATUSES, VERIFY_STATUSES
 
 
 def family_of(table: pd.DataFrame) -> pd.Series:
@@ -78,10 +78,6 @@ NUMERIC_COLUMNS = [
 TEXT_COLUMNS = [c for c in CELL_COLUMNS if c not in KEYS and _TYPES[c] == "str"]
 
 _nonneg = pa.Check.ge(0)
-
-
-def _float(nullable: bool = True) -> pa.Column:
-    return pa.Column(float, _nonneg, nullable=nullable, coerce=True)
 
 
 def _column(name: str) -> pa.Column:
@@ -472,9 +468,7 @@ VERIFY_SCHEMA = pa.DataFrameSchema(
         "model": pa.Column(str, coerce=True),
         "backend": pa.Column(str, coerce=True),
         "device": pa.Column(str, coerce=True),
-        "status": pa.Column(
-            str, coerce=True, checks=pa.Check.isin(["passed", "failed", "unavailable"])
-        ),
+        "status": pa.Column(str, coerce=True, checks=pa.Check.isin(list(VERIFY_STATUSES))),
         "reason": pa.Column(str, nullable=True, coerce=True),
         "check": pa.Column(str, nullable=True, coerce=True),
         "dtype": pa.Column(str, nullable=True, coerce=True),

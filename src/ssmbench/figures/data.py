@@ -15,10 +15,10 @@ from ssmbench.figures.style import (
     DEFAULT_STYLE,
     FAMILY_COLORS,
     MODEL_MARKERS,
-    PHASES,
     color,
 )
 from ssmbench.lm.table import cells_view, read_lm_table
+from ssmbench.registry import PHASES
 from ssmbench.select import (  # noqa: F401  (the figures read them here)
     CELL_NUMERIC,
     CELL_TEXT,

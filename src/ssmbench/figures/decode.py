@@ -6,11 +6,12 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ssmbench.analysis import GRAPH_PAIRS, GRAPH_TARGET
+from ssmbench.analysis import GRAPH_TARGET
 from ssmbench.figures import panels as P
 from ssmbench.figures.data import caption, none_found, select, status_summary, with_columns
 from ssmbench.figures.panels import plt
 from ssmbench.figures.style import line_style
+from ssmbench.registry import GRAPH_PAIRS
 
 
 def decode_graph_speedup(

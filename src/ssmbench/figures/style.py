@@ -35,7 +35,6 @@ STATUS_MARKERS = {
     "failed": "$F$",
     "not_run": "$N$",  # a budgeted run never reached the cell
 }
-PHASES = ("prefill", "decode", "train")
 PHASE_MARKERS = {"prefill": "o", "decode": "s", "train": "^"}
 # Operator buckets of the ops table, in the one order every figure stacks and lists them.
 BUCKET_COLORS = {

@@ -14,7 +14,8 @@ from matplotlib.lines import Line2D
 from ssmbench.figures import panels as P
 from ssmbench.figures.data import as_list, caption, one_setting, with_columns
 from ssmbench.figures.panels import plt
-from ssmbench.figures.style import PHASES, VERDICT_COLORS, color
+from ssmbench.figures.style import VERDICT_COLORS, color
+from ssmbench.registry import PHASES
 
 
 def go_no_go(

@@ -23,7 +23,7 @@ import pandera.pandas as pa
 
 from ssmbench.lm import zoo
 from ssmbench.lm.record import LMRecord
-from ssmbench.records import STATUSES
+from ssmbench.registry import STATUSES
 from ssmbench.tables import (
     CELL_COLUMNS,
     CELLS_SCHEMA,

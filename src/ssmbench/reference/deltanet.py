@@ -4,7 +4,7 @@ Yang, Wang, Zhang, Shen & Kim 2024, "Parallelizing Linear Transformers with the 
 Rule over Sequence Length" (arXiv 2406.06484), section 2 (the delta rule); gated: Yang,
 Kautz & Hatamizadeh 2024, "Gated Delta Networks" (arXiv 2412.06464), section 3 (the gated
 delta rule).  The papers write the state as ``(d_v, d_k)``; here it is ``(d_k, d_v)``
-(DESIGN.md: ``(b, h, k, v)``), so every product is the papers' transposed:
+(the project's one layout, ``(b, h, k, v)``), so every product is the papers' transposed:
 
     a_t = exp(g_t)                   (gated; a_t = 1 when g is None)
     S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T
