@@ -8,7 +8,7 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-# The package is used from src/ (jobs do the same through scripts/_src.py).  The config
+# The package is used from src/ (jobs do the same through workflow/scripts/_src.py).  The config
 # file is read strictly before Snakemake reads it: a key twice in one mapping, or a file
 # that is not a mapping, is refused naming the file and the line.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))

@@ -1,7 +1,6 @@
-"""Make ``src/`` importable for a rule's script and the processes it starts (the papermill
-kernel), so jobs run the package of this checkout even where it is not installed
-(``--sdm conda`` environments carry only third-party pins).  Snakemake puts this folder on
-``sys.path`` for ``script:`` jobs; a script imports this module before ``ssmbench``."""
+"""Make ``src/`` importable for a tool of scripts/ (``python scripts/bench_ratios.py``), so
+it runs the package of this checkout even where it is not installed; a tool imports this
+module before ``ssmbench``.  (The rules' scripts have their own, workflow/scripts/_src.py.)"""
 
 import os
 import sys

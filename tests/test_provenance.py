@@ -239,8 +239,8 @@ class _Named(list):
 
 
 def _aggregate(run_dir: Path, out: Path, cells: list[str]) -> None:
-    """scripts/aggregate.py as the aggregate job of ``cells`` (with the run's verify records
-    and device.json) runs it, its tables and log written into ``out``."""
+    """workflow/scripts/aggregate.py as the aggregate job of ``cells`` (with the run's
+    verify records and device.json) runs it, its tables and log written into ``out``."""
     job = SimpleNamespace(
         rule="aggregate",
         input=_Named(
@@ -257,11 +257,13 @@ def _aggregate(run_dir: Path, out: Path, cells: list[str]) -> None:
         wildcards=_Named(run="cpu"),
         log=[str(out / "aggregate.log")],
     )
-    runpy.run_path(str(REPO / "scripts" / "aggregate.py"), init_globals={"snakemake": job})
+    runpy.run_path(
+        str(REPO / "workflow" / "scripts" / "aggregate.py"), init_globals={"snakemake": job}
+    )
 
 
 def test_a_live_aggregate_refuses_a_record_unlike_its_sidecar(run_dir, tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # as Snakemake does for a script
+    monkeypatch.syspath_prepend(str(REPO / "workflow" / "scripts"))  # as Snakemake does
     cells = records(run_dir / "cells" / "mamba" / "torch")
     intact, tampered = tmp_path / "intact", tmp_path / "tampered"
     intact.mkdir(), tampered.mkdir()

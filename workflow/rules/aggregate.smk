@@ -45,7 +45,7 @@ rule aggregate:
         size=SIZE,
         device=PLAN.device,
     script:
-        "../../scripts/aggregate.py"
+        "../scripts/aggregate.py"
 
 
 rule verdict:
@@ -72,4 +72,4 @@ rule verdict:
     conda:
         "../../envs/analysis.yaml"
     script:
-        "../../scripts/verdict.py"
+        "../scripts/verdict.py"

@@ -24,7 +24,7 @@ rule bench:
         replicate=cell_replicate,
         replicates=cell_replicates,
     script:
-        "../../scripts/bench.py"
+        "../scripts/bench.py"
 
 
 # The later processes of a headline cell measured in several (a headline selector's
@@ -62,7 +62,7 @@ rule profile:
         seed=PLAN.seed,
         cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
     script:
-        "../../scripts/profile_cell.py"
+        "../scripts/profile_cell.py"
 
 
 rule prewarm:
@@ -88,7 +88,7 @@ rule prewarm:
         seed=PLAN.seed,
         budget_s=PLAN.timing.timeout_s or 300,
     script:
-        "../../scripts/prewarm.py"
+        "../scripts/prewarm.py"
 
 
 rule paired:
@@ -117,4 +117,4 @@ rule paired:
         seed=PLAN.seed,
         cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
     script:
-        "../../scripts/paired.py"
+        "../scripts/paired.py"

@@ -15,4 +15,4 @@ rule calibrate:
         dtypes=sorted({c.dtype for c in PLAN.cells}),
         quick=PLAN.calibrate_quick,
     script:
-        "../../scripts/calibrate.py"
+        "../scripts/calibrate.py"

@@ -601,7 +601,7 @@ def planned_task_cell(wildcards):
 
 
 def task_job_params(wildcards):
-    """What scripts/task_train.py needs: the cell, its task's resolved settings and cut,
+    """What workflow/scripts/task_train.py needs: the cell, its task's resolved settings and cut,
     the IMDb folder and the device."""
     cell = planned_task_cell(wildcards)
     return {

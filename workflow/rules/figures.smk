@@ -21,7 +21,7 @@ rule verify_provenance:
     params:
         run_dir=lambda w: f"{PLAN.precollected_dir}/{w.run}",
     script:
-        "../../scripts/verify_provenance.py"
+        "../scripts/verify_provenance.py"
 
 
 rule figure_table:
@@ -37,7 +37,7 @@ rule figure_table:
     params:
         table=figure_kind,
     script:
-        "../../scripts/figure_table.py"
+        "../scripts/figure_table.py"
 
 
 # A live run's figure: figures/<run>/, from the table rule figure_table makes.
@@ -60,7 +60,7 @@ rule figure:
             workflow.basedir, f"workflow/report/{w.figure}.rst"
         ).read_text(),
     script:
-        "../../scripts/figure.py"
+        "../scripts/figure.py"
 
 
 # A shipped run's figure: figures/precollected/<run>/, from its own tables, once the run

@@ -17,4 +17,4 @@ rule import_ssm_scope:
     conda:
         "../../envs/analysis.yaml"
     script:
-        "../../scripts/import_ssm_scope.py"
+        "../scripts/import_ssm_scope.py"

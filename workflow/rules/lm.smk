@@ -35,7 +35,7 @@ rule lm_verify:
         gate=lm_gate_params,
         cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
     script:
-        "../../scripts/lm_verify.py"
+        "../scripts/lm_verify.py"
 
 
 rule lm_bench:
@@ -57,7 +57,7 @@ rule lm_bench:
         spec=lm_spec_params,
         cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
     script:
-        "../../scripts/lm_cell.py"
+        "../scripts/lm_cell.py"
 
 
 rule lm_profile:
@@ -80,7 +80,7 @@ rule lm_profile:
         spec=lm_profiled_params,
         cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
     script:
-        "../../scripts/lm_profile.py"
+        "../scripts/lm_profile.py"
 
 
 rule lm_aggregate:
@@ -106,4 +106,4 @@ rule lm_aggregate:
         device=PLAN.device,
         size=PLAN.lm.size,
     script:
-        "../../scripts/lm_aggregate.py"
+        "../scripts/lm_aggregate.py"

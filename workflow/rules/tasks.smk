@@ -31,7 +31,7 @@ rule task_train:
         job=task_job_params,
         cpu_mem_limit_gb=PLAN.cpu_mem_limit_gb,
     script:
-        "../../scripts/task_train.py"
+        "../scripts/task_train.py"
 
 
 rule task_table:
@@ -52,7 +52,7 @@ rule task_table:
         specs=planned_task_specs,
         stopped=PLAN.partial,
     script:
-        "../../scripts/task_table.py"
+        "../scripts/task_table.py"
 
 
 rule task_figure_tables:
@@ -71,4 +71,4 @@ rule task_figure_tables:
     conda:
         "../../envs/analysis.yaml"
     script:
-        "../../scripts/task_figure_tables.py"
+        "../scripts/task_figure_tables.py"

@@ -15,4 +15,4 @@ rule verify:
         dtypes=run_dtypes,
         seed=PLAN.seed,
     script:
-        "../../scripts/verify.py"
+        "../scripts/verify.py"
