@@ -30,11 +30,11 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/verify.smk"
 include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/lm.smk"
+include: "workflow/rules/tasks.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/import.smk"
-include: "workflow/rules/lm.smk"
-include: "workflow/rules/tasks.smk"
 
 
 # One run at a time in this checkout (ssmbench.runlock): taken when a real run starts,

@@ -24,8 +24,24 @@ CELL_REPLICATE = "results/{run}/cells/" + _AXES + "-r{replicate}.json"
 PROFILE = "results/{run}/profile/" + _AXES
 OPS = PROFILE + ".ops.csv"
 TRACE = PROFILE + ".trace.json.gz"
+# Every job's log (rule log:), beside the outputs it writes
 BENCH_LOG = "logs/{run}/bench/" + _AXES + ".log"
 BENCH_LOG_REPLICATE = "logs/{run}/bench/" + _AXES + "-r{replicate}.log"
+PROFILE_LOG = "logs/{run}/profile/" + _AXES + ".log"
+VERIFY_LOG = "logs/{run}/verify/{model}/{backend}.log"
+PREWARM_LOG = "logs/{run}/prewarm/{model}/{backend}-{dtype}.log"
+CALIBRATE_LOG = "logs/{run}/calibrate.log"
+AGGREGATE_LOG = "logs/{run}/aggregate.log"
+VERDICT_LOG = "logs/{run}/verdict.log"
+FIGURE_TABLE_LOG = "logs/{run}/figure_table/{figure}.log"
+# a figure's log, by where its tables come from (FIGURES_BY_ORIGIN)
+FIGURE_LOGS = {
+    "live": "logs/{run}/figure/{figure}.log",
+    "precollected": "logs/precollected/{run}/figure/{figure}.log",
+    "imported": "logs/imported/{run}/figure/{figure}.log",
+}
+VERIFY_PROVENANCE_LOG = "logs/precollected/{run}/verify_provenance.log"
+IMPORT_LOG = "logs/imported/ssm_scope.log"
 # a paired cell (ssmbench.paired): its SSM side's axes; attention is the other side; one
 # record per replicate process r = 0..k-1 (preset key paired.replicates)
 PAIRED = "results/{run}/paired/" + _AXES + "-r{replicate}.json"
@@ -181,6 +197,9 @@ def verified(run: str) -> str:
 _LM_AXES = "{model}/{backend}/{phase}/b{batch}-t{seq_len}-g{new_tokens}-{dtype}"
 LM_CELL = "results/{run}/lm/" + _LM_AXES + ".json"
 LM_LOG = "logs/{run}/lm/" + _LM_AXES + ".log"
+LM_PROFILE_LOG = "logs/{run}/lm/" + _LM_AXES + ".profile.log"
+LM_VERIFY_LOG = "logs/{run}/lm-verify/{model}/{backend}-{dtype}.log"
+LM_AGGREGATE_LOG = "logs/{run}/lm_aggregate.log"
 # the gate of one (model, backend, dtype), run once before its cells (ssmbench.lm.verify)
 LM_VERIFY = "results/{run}/lm-verify/{model}/{backend}-{dtype}.json"
 # a profiled cell's operators (ops.csv's columns) and its Chrome trace
@@ -212,6 +231,8 @@ def lm_trace(run: str, cell) -> str:
 # and the run's table of them
 TASK = "results/{run}/tasks/{task}/{family}/s{seed}.json"
 TASK_LOG = "logs/{run}/tasks/{task}/{family}/s{seed}.log"
+TASK_TABLE_LOG = "logs/{run}/task_table.log"
+TASK_FIGURE_TABLES_LOG = "logs/{run}/task_figure_tables.log"
 TASKS_TABLE = "tasks.csv"
 # the two task figures' tables (ssmbench.tasks.table), beside the run's other tables
 TASK_FIGURE_TABLES = ("task_accuracy.csv", "quality_vs_speed.csv")

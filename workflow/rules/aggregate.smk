@@ -33,7 +33,7 @@ rule aggregate:
         ),
         prov=with_prov([paths.table("{run}", name) for name in paths.TABLES])[1::2],
     log:
-        "logs/{run}/aggregate.log",
+        paths.AGGREGATE_LOG,
     priority: 60  # a run finished at its budget has its tables before its figures
     conda:
         "../../envs/analysis.yaml"
@@ -67,7 +67,7 @@ rule verdict:
             for name in ("verdict.rst", "go_no_go.csv", "speedups.csv")
         ],
     log:
-        "logs/{run}/verdict.log",
+        paths.VERDICT_LOG,
     priority: 55
     conda:
         "../../envs/analysis.yaml"

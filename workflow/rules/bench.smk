@@ -45,7 +45,7 @@ rule profile:
         trace=paths.TRACE,
         prov=[paths.prov(paths.OPS), paths.prov(paths.TRACE)],
     log:
-        "logs/{run}/profile/{model}/{backend}/{phase}/b{batch}-t{seq_len}-n{d_state}-{dtype}.log",
+        paths.PROFILE_LOG,
     priority: PRIORITY["profile"][1]
     conda:
         "../../envs/bench.yaml"
@@ -72,7 +72,7 @@ rule prewarm:
         record=paths.PREWARM,
         prov=paths.prov(paths.PREWARM),
     log:
-        "logs/{run}/prewarm/{model}/{backend}-{dtype}.log",
+        paths.PREWARM_LOG,
     priority: prewarm_priority
     conda:
         "../../envs/bench.yaml"

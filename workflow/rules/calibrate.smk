@@ -3,7 +3,7 @@ rule calibrate:
         device=paths.DEVICE,
         prov=paths.prov(paths.DEVICE),
     log:
-        "logs/{run}/calibrate.log",
+        paths.CALIBRATE_LOG,
     priority: PRIORITY["calibrate"]
     conda:
         "../../envs/bench.yaml"

@@ -15,7 +15,7 @@ rule verify_provenance:
         stamp=paths.VERIFIED,
         prov=paths.prov(paths.VERIFIED),
     log:
-        "logs/precollected/{run}/verify_provenance.log",
+        paths.VERIFY_PROVENANCE_LOG,
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -31,7 +31,7 @@ rule figure_table:
         table=paths.FIGURE_TABLE,
         prov=paths.prov(paths.FIGURE_TABLE),
     log:
-        "logs/{run}/figure_table/{figure}.log",
+        paths.FIGURE_TABLE_LOG,
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -48,7 +48,7 @@ rule figure:
     output:
         **figure_outputs("live"),
     log:
-        "logs/{run}/figure/{figure}.log",
+        paths.FIGURE_LOGS["live"],
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -73,7 +73,7 @@ use rule figure as figure_precollected with:
     output:
         **figure_outputs("precollected"),
     log:
-        "logs/precollected/{run}/figure/{figure}.log",
+        paths.FIGURE_LOGS["precollected"],
 
 
 # An imported run's figure: figures/imported/<run>/, from the tables the import wrote.
@@ -84,4 +84,4 @@ use rule figure as figure_imported with:
     output:
         **figure_outputs("imported"),
     log:
-        "logs/imported/{run}/figure/{figure}.log",
+        paths.FIGURE_LOGS["imported"],

@@ -13,7 +13,7 @@ rule import_ssm_scope:
             for name in ("cells.csv", "ops.csv", "claims.csv")
         ],
     log:
-        "logs/imported/ssm_scope.log",
+        paths.IMPORT_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:

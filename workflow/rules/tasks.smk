@@ -9,6 +9,61 @@ wildcard_constraints:
     seed=r"\d+",
 
 
+# Input functions and params of the rules below, from the plan (common.smk).
+
+# A training job is one thread (the preset's tasks.threads): two jobs share 2 cores, and
+# one seed's numbers do not depend on how many run beside it.
+TASK_THREADS = PLAN.tasks.threads if PLAN.tasks else 1
+TASK_RESOURCES = dict(mem_mb=min(PLAN.mem_mb, 4000), runtime=60, gpu=1 if CUDA else 0)
+
+
+def planned_task_cell(wildcards):
+    cell = TaskCell(wildcards.task, wildcards.family, int(wildcards.seed))
+    if not PLAN.tasks or cell not in PLAN.task_cell_set:
+        raise ValueError(f"{cell.name} is not a task job of preset {PLAN.preset!r}")
+    return cell
+
+
+def task_job_params(wildcards):
+    """What workflow/scripts/task_train.py needs: the cell, its task's resolved settings and cut,
+    the IMDb folder and the device."""
+    cell = planned_task_cell(wildcards)
+    return {
+        **vars(cell),
+        "spec": PLAN.tasks.spec(cell.task),
+        "cut": PLAN.tasks.cut(cell.task),
+        "imdb_dir": PLAN.tasks.imdb_dir,
+        "device": PLAN.device,
+    }
+
+
+def run_task_records(wildcards):
+    run = live_run(wildcards.run)
+    cells = PLAN.tasks.cells if PLAN.tasks else ()
+    return finished([paths.task_record(run, c) for c in cells])
+
+
+def run_task_sidecars(wildcards):
+    return [paths.prov(p) for p in run_task_records(wildcards)]
+
+
+def planned_task_cells(wildcards):
+    """Every task job of the plan, for ``partial=True`` (as planned_cells)."""
+    return [vars(c) for c in PLAN.tasks.cells] if PLAN.partial and PLAN.tasks else []
+
+
+def planned_task_specs(wildcards):
+    """Each task's settings, for the not_run rows of ``partial=True``."""
+    return dict(PLAN.tasks.specs) if PLAN.partial and PLAN.tasks else {}
+
+
+def run_tasks_table(wildcards):
+    """The run's tasks.csv, which its claims read; none for a run without tasks."""
+    return (
+        [paths.table(live_run(wildcards.run), paths.TASKS_TABLE)] if PLAN.tasks else []
+    )
+
+
 localrules:
     task_table,
     task_figure_tables,
@@ -42,7 +97,7 @@ rule task_table:
         table=paths.table("{run}", paths.TASKS_TABLE),
         prov=paths.prov(paths.table("{run}", paths.TASKS_TABLE)),
     log:
-        "logs/{run}/task_table.log",
+        paths.TASK_TABLE_LOG,
     priority: 60
     conda:
         "../../envs/analysis.yaml"
@@ -67,7 +122,7 @@ rule task_figure_tables:
             paths.prov(paths.table("{run}", name)) for name in paths.TASK_FIGURE_TABLES
         ],
     log:
-        "logs/{run}/task_figure_tables.log",
+        paths.TASK_FIGURE_TABLES_LOG,
     conda:
         "../../envs/analysis.yaml"
     script:

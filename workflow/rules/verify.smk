@@ -3,7 +3,7 @@ rule verify:
         record=paths.VERIFY,
         prov=paths.prov(paths.VERIFY),
     log:
-        "logs/{run}/verify/{model}/{backend}.log",
+        paths.VERIFY_LOG,
     priority: verify_priority
     conda:
         "../../envs/bench.yaml"
