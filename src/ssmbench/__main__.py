@@ -42,8 +42,9 @@ from pathlib import Path
 
 from ssmbench import config as sbconfig
 from ssmbench import registry
-from ssmbench.cell import CellSpec, cap_address_space, run_cell, run_verify
+from ssmbench.cell import CellSpec, run_cell, run_verify
 from ssmbench.matrix import Cell, Size, Timing
+from ssmbench.process import cap_address_space
 from ssmbench.records import write_record
 from ssmbench.registry import NO_STATE
 from ssmbench.scripting import positive_int

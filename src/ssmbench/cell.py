@@ -8,14 +8,20 @@ Whatever happens, the result is a record: errors become ``status`` and ``reason`
 from __future__ import annotations
 
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass
 
 from ssmbench import counts as counts_mod
 from ssmbench import registry
 from ssmbench.matrix import Cell, Size, Timing, compute_dtype
-from ssmbench.provenance import cpu_model, git_state, now
+from ssmbench.process import (
+    device_name,
+    device_unavailable,
+    error_status,
+    is_unavailable,
+    set_threads,
+)
+from ssmbench.provenance import git_state, now
 from ssmbench.records import CellRecord
 
 
@@ -56,65 +62,6 @@ def spec_from_params(p) -> CellSpec:
         seed=p.seed,
         cache_source=getattr(p, "cache_source", "prefill"),
     )
-
-
-def device_unavailable(device: str) -> str:
-    """Why ``device`` cannot be used here, or ``""`` when it can."""
-    if device == "cpu":
-        return ""
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
-        return "device cuda requested but torch.cuda.is_available() is False on this machine"
-    return ""
-
-
-def cap_address_space(gigabytes: float) -> None:
-    """Cap this process's address space at ``gigabytes`` GiB (RLIMIT_AS): an allocation
-    past it fails, and the cell ends as ``oom`` instead of driving the machine into swap or
-    the kernel's OOM killer.  The cap counts everything mapped (libraries, thread stacks),
-    not only tensors, so it must leave room for them (torch itself maps ~2 GiB here)."""
-    import resource
-
-    cap = int(gigabytes * 2**30)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-
-def device_name(device: str) -> str:
-    if device == "cuda":
-        import torch
-
-        return torch.cuda.get_device_name()
-    return cpu_model() or platform.machine()
-
-
-def is_oom(error: BaseException) -> bool:
-    """CUDA out-of-memory, or the CPU allocator refusing an allocation."""
-    if isinstance(error, MemoryError):
-        return True
-    import torch
-
-    if isinstance(error, torch.cuda.OutOfMemoryError):
-        return True
-    text = str(error)
-    return isinstance(error, RuntimeError) and (
-        "can't allocate memory" in text or "out of memory" in text.lower()
-    )
-
-
-def error_status(error: BaseException) -> tuple[str, str]:
-    """(status, reason) of an error raised while measuring: ``unavailable`` for a backend
-    that cannot run here, ``oom`` for an allocation refused, ``failed`` otherwise."""
-    if _unavailable(error):
-        return "unavailable", str(error)
-    return ("oom" if is_oom(error) else "failed"), f"{type(error).__name__}: {error}".strip()
-
-
-def _unavailable(error: BaseException) -> bool:
-    """A backend that cannot run here (e.g. torch.compile without a working compiler)."""
-    from ssmbench.models.common import BackendUnavailable
-
-    return isinstance(error, BackendUnavailable)
 
 
 PHASES = registry.PHASES
@@ -167,7 +114,7 @@ def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: i
                 result = verify_backend(model, base, device=device, dtype=dtype, seed=seed)
             except Exception as e:  # a crash in a backend is a failed verification
                 for phase in PHASES:
-                    if _unavailable(e):
+                    if is_unavailable(e):
                         unavailable[phase].append(f"{dtype}: {e}")
                     else:
                         crashed[phase].append(f"{dtype}: {type(e).__name__}: {e}")
@@ -386,14 +333,6 @@ def phase_work(c: Cell, model, x, cache_source: str = "prefill") -> Work:
     raise ValueError(f"unknown phase {c.phase!r}; known: prefill, decode, train")
 
 
-def _set_threads(threads: int | None) -> int:
-    import torch
-
-    threads = threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
-    return threads
-
-
 def _model_and_input(spec: CellSpec):
     """The cell's model (weights from the seed) and its input ``x (b, t, d_model)``; a
     decode cell with a random cache needs only its short prefix and one token, so its x
@@ -437,7 +376,7 @@ def profile_cell(
 
     c = spec.cell
     set_host_allocator(spec.timing.host_allocator)
-    _set_threads(threads)
+    set_threads(threads)
     model, x = _model_and_input(spec)
     work = phase_work(c, model, x, spec.cache_source)
     with torch.inference_mode(not work.train):
@@ -625,7 +564,7 @@ def _measure_into(
     from ssmbench.measure.timing import measure
 
     record.host_allocator = set_host_allocator(spec.timing.host_allocator)
-    record.threads = _set_threads(threads)
+    record.threads = set_threads(threads)
     record.load_avg_1m = os.getloadavg()[0]  # another busy process skews CPU timings
     watch = LoadWatch().start()
     record.device_name = device_name(spec.device)
