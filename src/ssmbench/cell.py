@@ -228,7 +228,8 @@ class Work:
 
     ``cache`` is the state or KV cache the call reads (decode) or returns (prefill), for
     the memory split; ``train`` says whether gradients are on; ``graph_pool_bytes`` is the
-    memory a CUDA graph's capture took (graph cells, see :class:`GraphReplay`), else None.
+    memory a CUDA graph's capture took (graph cells, see
+    :class:`ssmbench.models.graphs.GraphReplay`), else None.
     """
 
     def __init__(self, fn, cache, train: bool, graph_pool_bytes: float | None = None):
@@ -281,11 +282,11 @@ def phase_work(c: Cell, model, x, cache_source: str = "prefill") -> Work:
     The compile backend compiles the sequence operators, not the one-token step: its decode
     cells are ``unavailable`` (the step of the torch cells is the same code).  A graph
     backend (``torch-graph``, ``fused-graph``) times the decode step only, as replays of a
-    CUDA graph (:func:`graph_step`).
+    CUDA graph (:func:`ssmbench.models.graphs.graph_step`).
     """
     import torch
 
-    from ssmbench.models import GRAPH_BACKENDS
+    from ssmbench.models import GRAPH_BACKENDS, graphs
     from ssmbench.models.common import BackendUnavailable
     from ssmbench.registry import BACKEND
 
@@ -317,7 +318,7 @@ def phase_work(c: Cell, model, x, cache_source: str = "prefill") -> Work:
             cache = model.decode_caches(cache, capacity=c.seq_len + 1)
         x_t = x[:, -1].clone()  # (b, d_model): any token will do, this one is real data
         if c.backend in GRAPH_BACKENDS:
-            replay = graph_step(model, x_t, cache)
+            replay = graphs.graph_step(model, x_t, cache)
             return Work(replay, cache, train=False, graph_pool_bytes=replay.pool_bytes)
         return Work(lambda: model.step(x_t, cache), cache, train=False)
     if c.phase == "train":
@@ -399,6 +400,8 @@ def profile_or_status(
     (unavailable, failed, oom or timeout) and
     ``reason``, and an empty Chrome trace at ``trace_path`` (so the job's outputs exist and
     the run's aggregate never fails for a profile that could not run)."""
+    from ssmbench.models.graphs import graph_unavailable
+
     c = spec.cell
     keys = {"run": spec.run, **asdict(c), "device": spec.device}
     status = reason = ""
@@ -432,85 +435,6 @@ def profile_or_status(
     return [{**keys, "device_name": name, "status": status, "reason": reason}]
 
 
-class GraphReplay:
-    """The replay of a captured decode step, holding everything the graph reads and writes.
-
-    A CUDA graph replays fixed device addresses: its static inputs (``x_t``, the cache)
-    and its outputs (``outputs``, the step's y and new cache, in the graph's private memory
-    pool) must stay alive as long as the graph is replayed, so they are attributes of this
-    object, which is the cell's timed callable, not only names in a closure.
-
-    ``pool_bytes`` is the memory the capture took on the device: the growth of the CUDA
-    caching allocator's reserved bytes across the capture (the private pool's segments,
-    intermediates freed back into the pool included), at least the growth of its allocated
-    bytes (the outputs, still live).  Replays allocate nothing, so this is the graph's
-    footprint beyond the weights and the cache; the cell counts it in ``peak_bytes``.
-    """
-
-    def __init__(self, graph, x_t, cache, outputs, pool_bytes: float):
-        self.graph, self.x_t, self.cache, self.outputs = graph, x_t, cache, outputs
-        self.pool_bytes = float(pool_bytes)
-
-    def __call__(self):
-        self.graph.replay()
-        return self.outputs
-
-
-def graph_step(model, x_t, cache, warmup: int = 3, cuda=None) -> GraphReplay:
-    """``model.step(x_t, cache)`` captured once in a CUDA graph; returns its
-    :class:`GraphReplay`.
-
-    The step reads only static buffers (x_t and the cache, which every sample steps from)
-    and writes its outputs into the graph's own memory pool, so one replay is one decode
-    step.  Warm-up runs on a side stream first (lazy initialisation, Triton autotuning and
-    cuBLAS workspaces stay out of the capture, as the CUDA-graph notes of PyTorch advise);
-    then one replay is checked equal to the eager step before anything is timed: a
-    mismatch raises, and the cell is ``failed`` with the error.  ``cuda`` replaces
-    ``torch.cuda`` (the tests pass a fake with the same few names).
-    """
-    import torch
-
-    from ssmbench.models import DTYPES
-    from ssmbench.models.common import BackendUnavailable
-    from ssmbench.numerics import compare
-
-    if cuda is None:
-        if not x_t.is_cuda:
-            raise BackendUnavailable("CUDA graphs need a CUDA device")
-        cuda = torch.cuda
-    with torch.inference_mode():
-        side = cuda.Stream()
-        side.wait_stream(cuda.current_stream())
-        with cuda.stream(side):
-            for _ in range(warmup):
-                eager_y, _ = model.step(x_t, cache)
-        cuda.current_stream().wait_stream(side)
-        cuda.synchronize()
-        allocated, reserved = cuda.memory_allocated(), cuda.memory_reserved()
-        graph = cuda.CUDAGraph()
-        with cuda.graph(graph):
-            outputs = model.step(x_t, cache)
-        cuda.synchronize()
-        pool_bytes = max(cuda.memory_reserved() - reserved, cuda.memory_allocated() - allocated, 0)
-        graph.replay()
-        cuda.synchronize()
-        dtype = {v: k for k, v in DTYPES.items()}[eager_y.dtype]  # the tolerance row
-        check = compare("graph_step", eager_y, outputs[0], dtype)
-        if not check.ok:
-            raise RuntimeError(f"graph replay differs from the eager step: {check}")
-    return GraphReplay(graph, x_t, cache, outputs, pool_bytes)
-
-
-def graph_unavailable(backend: str, device: str) -> str:
-    """Why a cell of ``backend`` cannot run on ``device`` because it is a CUDA-graph
-    backend off CUDA ("" otherwise)."""
-    from ssmbench.models import GRAPH_BACKENDS
-
-    if backend in GRAPH_BACKENDS and device != "cuda":
-        return f"{backend}: CUDA graphs need a CUDA device (this run's device is {device})"
-    return ""
-
-
 def _verify_unusable(c: Cell, verify: dict) -> tuple[str, str] | None:
     """(status, reason) when the verify record does not let cell ``c`` be timed: it is for
     another backend (a graph cell takes its base backend's record), or its verdict for the
@@ -537,6 +461,8 @@ def _verify_unusable(c: Cell, verify: dict) -> tuple[str, str] | None:
 def _measure_into(
     record: CellRecord, spec: CellSpec, verify: dict | None, threads, device_info, deadline
 ) -> None:
+    from ssmbench.models.graphs import graph_unavailable
+
     c = spec.cell
     unavailable = device_unavailable(spec.device) or graph_unavailable(c.backend, spec.device)
     if unavailable:
@@ -665,7 +591,7 @@ def _measure_into(
     cache = float(tensor_bytes(work.cache)) if work.cache is not None else 0.0
     record.cache_bytes = cache
     #   graph decode: a replay allocates nothing; the step's activations live in the graph's
-    #   private pool, measured at capture (GraphReplay.pool_bytes) and counted here
+    #   private pool, measured at capture (models.graphs.GraphReplay.pool_bytes), counted here
     if c.phase == "prefill":
         record.peak_bytes = record.weights_bytes + peak["peak_bytes"]
         record.activations_bytes = max(peak["peak_bytes"] - cache, 0.0)

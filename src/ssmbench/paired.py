@@ -208,11 +208,11 @@ def _measure_into(record: PairedRecord, spec, verify, threads, deadline) -> None
     from ssmbench.cell import (
         _model_and_input,
         _verify_unusable,
-        graph_unavailable,
         kv_cache_kind,
         load_into,
         phase_work,
     )
+    from ssmbench.models.graphs import graph_unavailable
     from ssmbench.process import device_name, device_unavailable, set_threads
 
     c = spec.cell

@@ -8,8 +8,9 @@ kernels among them), a one-token step, a block mixer with
 phase=None)``, why its fused backend cannot run there (where its kernels limit shapes,
 also ``fused_block_reason`` and ``FUSED_SHAPE_REASONS``, see :mod:`ssmbench.models.kernels`);
 :class:`~ssmbench.models.common.ResidualStack` stacks mixers into a model.
-Beside them: ``common`` (what the families share) and ``kernels`` (what their fused
-wrappers share: finding and loading the kernel packages).  This subpackage imports torch.
+Beside them: ``common`` (what the families share), ``kernels`` (what their fused wrappers
+share: finding and loading the kernel packages) and ``graphs`` (a decode step captured in a
+CUDA graph and replayed: the graph backends).  This subpackage imports torch.
 """
 
 from __future__ import annotations
