@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from ssmbench import numerics
-from ssmbench.cell import CellSpec, run_cell, run_verify
+from ssmbench.cell import CellSpec, run_cell
 from ssmbench.matrix import Cell, Size, Timing
 from ssmbench.process import is_oom
+from ssmbench.verify.run import run_verify
 
 SIZE = Size(d_model=32, n_layers=1, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
 TIMING = Timing(warmup=1, min_samples=3, max_samples=3, min_time_s=0.0, max_time_s=5.0)

@@ -547,7 +547,7 @@ def test_unavailable_reason_rejects_unknown_phases():
 def _verify_mamba_fused_on_cpu() -> dict:
     """run_verify of Mamba-1 fused in the worker: no CUDA, so its prefill kernel is
     unavailable, and its Triton decode step runs under the interpreter."""
-    from ssmbench.cell import run_verify
+    from ssmbench.verify.run import run_verify
 
     return run_verify("mamba", "fused", "cpu", ["fp32"])
 
@@ -909,7 +909,7 @@ GPU_VERIFY_FAMILIES = ["attention", "mamba", "mamba3"]
 @needs_mamba_ssm
 @pytest.mark.parametrize("family", GPU_VERIFY_FAMILIES)
 def test_gpu_verify_fused_in_bf16(family):
-    from ssmbench.cell import run_verify
+    from ssmbench.verify.run import run_verify
 
     record = run_verify(family, "fused", "cuda", ["bf16"])
     phases = record["phases"]
@@ -931,9 +931,10 @@ def test_gpu_verify_fused_in_bf16(family):
 def test_gpu_graph_decode_cell_with_its_base_backends_verify_record(family, backend):
     """A graph cell takes its base backend's verify record, replays equal to the eager
     step, reads the clocks of the warm GPU, and counts its graph pool in peak_bytes."""
-    from ssmbench.cell import CellSpec, run_cell, run_verify
+    from ssmbench.cell import CellSpec, run_cell
     from ssmbench.matrix import Cell, Size, Timing
     from ssmbench.models import GRAPH_BACKENDS
+    from ssmbench.verify.run import run_verify
 
     verify = run_verify(family, GRAPH_BACKENDS[backend], "cuda", ["bf16"])
     size = Size(d_model=256, n_layers=2, n_heads=4, head_dim=64, expand=2, d_conv=4, chunk=64)

@@ -34,6 +34,7 @@ from ssmbench.records import (
     integer_fields,
     not_an_integer,
     read_json,
+    verify_summary,
     write_json_atomic,
 )
 
@@ -161,7 +162,7 @@ def run_paired(
     ``verify`` maps each side's model to its verify record.
     Whatever happens the result is a record: unavailable, oom, timeout and failed are
     statuses with a reason naming the side, as in :func:`ssmbench.cell.run_cell`."""
-    from ssmbench.cell import identity, verify_summary
+    from ssmbench.cell import identity
     from ssmbench.measure.timing import CellTimeout, deadline_alarm
     from ssmbench.process import error_status
     from ssmbench.provenance import git_state, now

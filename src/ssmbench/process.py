@@ -1,9 +1,9 @@
 """What every measuring job's process shares: its limits, its device, and how an error
 becomes a status.
 
-A block cell (:mod:`ssmbench.cell`), a paired cell (:mod:`ssmbench.paired`), a verify job,
-a whole-model cell (:mod:`ssmbench.lm.cell`) and a training job
-(:mod:`ssmbench.tasks.run`) each run in a process of their own and end as a record
+A block cell (:mod:`ssmbench.cell`), a paired cell (:mod:`ssmbench.paired`), a verify job
+(:mod:`ssmbench.verify.run`), a whole-model cell (:mod:`ssmbench.lm.cell`) and a training
+job (:mod:`ssmbench.tasks.run`) each run in a process of their own and end as a record
 whatever happens (docs/ARCHITECTURE.md, "Status is data"): :func:`error_status` turns what
 they raise into ``unavailable``, ``oom`` or ``failed`` with a reason.  The scripts cap a
 CPU job's address space first (:func:`cap_address_space`), so an allocation past it is an
