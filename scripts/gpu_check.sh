@@ -129,9 +129,10 @@ for name in ("torch", "triton", "numpy", "pandas", "snakemake", "papermill", "fl
         print(f"   {name:36s} not importable: {type(e).__name__}: {str(e)[:80]}")
 sys.path.insert(0, "src")
 import torch
-from ssmbench.models.fused import FUSED_AVAILABILITY, PHASES, unavailable_reason
+from ssmbench.models.kernels import unavailable_reason
+from ssmbench.registry import FAMILIES, PHASES
 device = "cuda" if torch.cuda.is_available() else "cpu"
-for family in FUSED_AVAILABILITY:
+for family in FAMILIES:
     reasons = {phase: unavailable_reason(family, device, phase=phase) for phase in PHASES}
     if len(set(reasons.values())) == 1:
         print(f"   fused {family:30s} {reasons['prefill'] or 'available'}")

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from ssmbench import numerics
-from ssmbench.cell import CellSpec, is_oom, run_cell, run_verify
+from ssmbench.cell import CellSpec, run_cell
 from ssmbench.matrix import Cell, Size, Timing
+from ssmbench.process import is_oom
+from ssmbench.verify.run import run_verify
 
 SIZE = Size(d_model=32, n_layers=1, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
 TIMING = Timing(warmup=1, min_samples=3, max_samples=3, min_time_s=0.0, max_time_s=5.0)
@@ -334,9 +336,9 @@ def test_graph_backends_need_cuda_and_the_decode_phase():
 
 
 def test_graph_backends_time_the_decode_step_only(monkeypatch):
-    import ssmbench.cell as cell
+    from ssmbench.models import graphs
 
-    monkeypatch.setattr(cell, "graph_unavailable", lambda backend, device: "")
+    monkeypatch.setattr(graphs, "graph_unavailable", lambda backend, device: "")
     r = run_cell(spec(model="mamba2", backend="fused-graph", phase="train"), threads=1)
     assert r.status == "unavailable" and "times the decode step only, not train" in r.reason
 
@@ -398,7 +400,8 @@ def test_graph_replay_holds_its_static_buffers_and_measures_its_pool():
 
     import torch
 
-    from ssmbench.cell import GraphReplay, _model_and_input, graph_step
+    from ssmbench.cell import _model_and_input
+    from ssmbench.models.graphs import GraphReplay, graph_step
 
     s = spec(model="mamba2", backend="torch-graph", phase="decode")
     model, x = _model_and_input(s)
@@ -426,12 +429,12 @@ def test_graph_replay_holds_its_static_buffers_and_measures_its_pool():
 
 
 def test_a_graph_cells_pool_counts_in_its_peak(monkeypatch):
-    import ssmbench.cell as cell
+    from ssmbench.models import graphs
 
-    real = cell.graph_step
-    monkeypatch.setattr(cell, "graph_unavailable", lambda backend, device: "")
+    real = graphs.graph_step
+    monkeypatch.setattr(graphs, "graph_unavailable", lambda backend, device: "")
     monkeypatch.setattr(
-        cell, "graph_step", lambda model, x_t, cache: real(model, x_t, cache, cuda=FakeCuda())
+        graphs, "graph_step", lambda model, x_t, cache: real(model, x_t, cache, cuda=FakeCuda())
     )
     verify = run_verify("mamba2", "torch", "cpu", ["fp32"])
     r = run_cell(spec(model="mamba2", backend="torch-graph", phase="decode"), verify, threads=1)

@@ -1,5 +1,6 @@
-"""The ``fused`` backend (:mod:`ssmbench.models.fused`): the kernels of mamba_ssm and fla
-through our wrappers against the float64 references, and every unavailable path.
+"""The ``fused`` backend (each family's fused wrappers, and :mod:`ssmbench.models.kernels`):
+the kernels of mamba_ssm and fla through our wrappers against the float64 references, and
+every unavailable path.
 
 On a CPU the Triton kernels run under the Triton interpreter, in a spawned worker process
 (``interpreter`` fixture) that turns it on and applies the stubs of tests/triton_cpu.py
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ssmbench import reference
-from ssmbench.models import FAMILIES, attention, deltanet, fused, mamba, mamba2, mamba3
+from ssmbench.models import FAMILIES, attention, deltanet, kernels, mamba, mamba2, mamba3, s4d
 from ssmbench.models.common import BackendUnavailable
 from ssmbench.numerics import Comparison, compare, to_numpy
 from ssmbench.verify import compare_phase
@@ -108,7 +109,7 @@ def _check_ssd(shape: tuple, chunk_size: int, bare: bool = False) -> list[Compar
     if bare:
         D = h0 = None
     ref_y, ref_state = reference.ssd(*map(to_numpy, (x, dt, A, B, C)), D=D, initial_state=h0)
-    y, state = fused.ssd_fused(x, dt, A, B, C, D, chunk_size=chunk_size, initial_state=h0)
+    y, state = mamba2.ssd_fused(x, dt, A, B, C, D, chunk_size=chunk_size, initial_state=h0)
     return [
         compare("ssd_fused.y", ref_y, y, "fp32"),
         compare("ssd_fused.final_state", ref_state, state, "fp32"),
@@ -120,9 +121,9 @@ def _check_ssd_step(shape: tuple) -> list[Comparison]:
     ref_y, ref_state = reference.ssd(*map(to_numpy, (x, dt, A, B, C, D)), initial_state=h0)
     state, ys, h0_before = h0, [], h0.clone()
     for i in range(x.shape[1]):
-        y_t, state = fused.ssd_step_fused(x[:, i], dt[:, i], A, B[:, i], C[:, i], D, state=state)
+        y_t, state = mamba2.ssd_step_fused(x[:, i], dt[:, i], A, B[:, i], C[:, i], D, state=state)
         ys.append(y_t)
-    y0, _ = fused.ssd_step_fused(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D, state=None)
+    y0, _ = mamba2.ssd_step_fused(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D, state=None)
     ref_y0, _ = reference.ssd(*map(to_numpy, (x[:, :1], dt[:, :1], A, B[:, :1], C[:, :1], D)))
     return [
         compare("ssd_step_fused.y", ref_y, torch.stack(ys, 1), "fp32"),
@@ -149,7 +150,7 @@ def _check_selective_scan_step(shape: tuple) -> list[Comparison]:
     )
     state, ys, h0_before = h0, [], h0.clone()
     for i in range(u.shape[1]):
-        y_t, state = fused.selective_scan_step_fused(
+        y_t, state = mamba.selective_scan_step_fused(
             u[:, i], delta[:, i], A, B[:, i], C[:, i], D, z[:, i], bias, True, state=state
         )
         ys.append(y_t)
@@ -165,13 +166,13 @@ def _check_selective_scan_layouts(shape: tuple, with_state: bool) -> list[Compar
     mamba_ssm's own PyTorch reference ``selective_scan_ref`` in place of its CUDA kernel
     (same contract)."""
     triton_cpu.stub_selective_scan_cuda()
-    kernel = fused._mamba_ssm("ops.selective_scan_interface").selective_scan_ref
+    kernel = kernels.mamba_ssm_module("ops.selective_scan_interface").selective_scan_ref
     u, delta, A, B, C, D, z, bias, h0 = _scan_inputs(3, *shape)
     h0 = h0 if with_state else None
     ref_y, ref_state = reference.selective_scan(
         *map(to_numpy, (u, delta, A, B, C, D, z, bias)), delta_softplus=True, initial_state=h0
     )
-    y, state = fused.selective_scan_via(kernel, u, delta, A, B, C, D, z, bias, True, h0)
+    y, state = mamba.selective_scan_via(kernel, u, delta, A, B, C, D, z, bias, True, h0)
     return [
         compare("selective_scan_via(selective_scan_ref).y", ref_y, y, "fp32"),
         compare("selective_scan_via(selective_scan_ref).final_state", ref_state, state, "fp32"),
@@ -195,8 +196,8 @@ def _check_delta_rule(shape: tuple, gated: bool, chunk_size: int, dtype: str) ->
     ref_o, ref_state = reference.delta_rule(
         *map(to_numpy, (q, k, v, beta)), None if g is None else to_numpy(g), initial_state=h0
     )
-    o, state = fused.delta_rule_fused(q, k, v, beta, g, chunk_size=chunk_size, initial_state=h0)
-    name = f"delta_rule_fused[{fused.delta_rule_impl(q.dtype, gated)}]"
+    o, state = deltanet.delta_rule_fused(q, k, v, beta, g, chunk_size=chunk_size, initial_state=h0)
+    name = f"delta_rule_fused[{deltanet.delta_rule_impl(q.dtype, gated)}]"
     return [
         compare(f"{name}.o", ref_o, o, dtype),
         compare(f"{name}.final_state", ref_state, state, dtype),
@@ -211,7 +212,7 @@ def _check_delta_rule_step(shape: tuple, gated: bool) -> list[Comparison]:
     state, os_, h0_before = h0, [], h0.clone()
     for i in range(q.shape[1]):
         g_t = None if g is None else g[:, i]
-        o_t, state = fused.delta_rule_step_fused(
+        o_t, state = deltanet.delta_rule_step_fused(
             q[:, i], k[:, i], v[:, i], beta[:, i], g_t, state=state
         )
         os_.append(o_t)
@@ -285,15 +286,16 @@ def test_delta_rule_step_fused_matches_reference(interpreter, gated):
 # --- the contract, and the unavailable paths on a plain CPU ---------------------------------
 
 TORCH_FORMS = [
-    (fused.attention_fused, attention.attention_torch),
-    (fused.selective_scan_fused, mamba.selective_scan_torch),
-    (fused.selective_scan_step_fused, mamba.selective_scan_step),
-    (fused.ssd_fused, mamba2.ssd_chunked),
-    (fused.ssd_step_fused, mamba2.ssd_step),
-    (fused.mamba3_fused, mamba3.mamba3_torch),
-    (fused.mamba3_step_fused, mamba3.mamba3_step),
-    (fused.delta_rule_fused, deltanet.delta_rule_torch),
-    (fused.delta_rule_step_fused, deltanet.delta_rule_step),
+    (attention.attention_fused, attention.attention_torch),
+    (attention.attention_step_fused, attention.attention_step_torch),
+    (mamba.selective_scan_fused, mamba.selective_scan_torch),
+    (mamba.selective_scan_step_fused, mamba.selective_scan_step),
+    (mamba2.ssd_fused, mamba2.ssd_chunked),
+    (mamba2.ssd_step_fused, mamba2.ssd_step),
+    (mamba3.mamba3_fused, mamba3.mamba3_torch),
+    (mamba3.mamba3_step_fused, mamba3.mamba3_step),
+    (deltanet.delta_rule_fused, deltanet.delta_rule_torch),
+    (deltanet.delta_rule_step_fused, deltanet.delta_rule_step),
 ]
 
 
@@ -315,19 +317,19 @@ def _cpu_calls():
     u, A1, B1 = torch.randn(b, t, d), -torch.rand(d, n), torch.randn(b, t, n)
     q = torch.randn(b, t, h, p)
     return {
-        "attention_fused": lambda: fused.attention_fused(q, q, q),
-        "selective_scan_fused": lambda: fused.selective_scan_fused(u, u, A1, B1, B1),
-        "selective_scan_step_fused": lambda: fused.selective_scan_step_fused(
+        "attention_fused": lambda: attention.attention_fused(q, q, q),
+        "selective_scan_fused": lambda: mamba.selective_scan_fused(u, u, A1, B1, B1),
+        "selective_scan_step_fused": lambda: mamba.selective_scan_step_fused(
             u[:, 0], u[:, 0], A1, B1[:, 0], B1[:, 0]
         ),
-        "ssd_fused": lambda: fused.ssd_fused(x, dt, A, B, C),
-        "ssd_step_fused": lambda: fused.ssd_step_fused(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0]),
-        "mamba3_fused": lambda: fused.mamba3_fused(x, dt, A3, B, C, theta, lam),
-        "mamba3_step_fused": lambda: fused.mamba3_step_fused(
+        "ssd_fused": lambda: mamba2.ssd_fused(x, dt, A, B, C),
+        "ssd_step_fused": lambda: mamba2.ssd_step_fused(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0]),
+        "mamba3_fused": lambda: mamba3.mamba3_fused(x, dt, A3, B, C, theta, lam),
+        "mamba3_step_fused": lambda: mamba3.mamba3_step_fused(
             x[:, 0], dt[:, 0], A3[:, 0], B[:, 0], C[:, 0], theta[:, 0], lam[:, 0]
         ),
-        "delta_rule_fused": lambda: fused.delta_rule_fused(q, q, q, dt),
-        "delta_rule_step_fused": lambda: fused.delta_rule_step_fused(
+        "delta_rule_fused": lambda: deltanet.delta_rule_fused(q, q, q, dt),
+        "delta_rule_step_fused": lambda: deltanet.delta_rule_step_fused(
             q[:, 0], q[:, 0], q[:, 0], dt[:, 0]
         ),
     }
@@ -355,14 +357,14 @@ CUDA_ONLY = {
 def plain_cpu(monkeypatch):
     """No interpreter, every package present (so only the device decides)."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(fused, "_installed", lambda package: True)
+    monkeypatch.setattr(kernels, "installed", lambda package: True)
 
 
 @pytest.mark.parametrize("name", TRITON_WRAPPERS)
 def test_triton_wrappers_need_cuda_or_the_interpreter(plain_cpu, name):
     with pytest.raises(BackendUnavailable) as info:
         _cpu_calls()[name]()
-    assert str(info.value) == fused.NEEDS_CUDA
+    assert str(info.value) == kernels.NEEDS_CUDA
     assert str(info.value) == (
         "fused kernels need a CUDA device (set TRITON_INTERPRET=1 to run Triton kernels on "
         "CPU tensors)"
@@ -379,10 +381,10 @@ def test_cuda_only_wrappers_need_cuda_even_when_interpreting(monkeypatch, name, 
 
 
 def test_selective_scan_fused_needs_its_cuda_extension(monkeypatch):
-    monkeypatch.setattr(fused, "_installed", lambda package: package != "selective_scan_cuda")
+    monkeypatch.setattr(kernels, "installed", lambda package: package != "selective_scan_cuda")
     with pytest.raises(BackendUnavailable, match="^selective_scan_cuda not built"):
         _cpu_calls()["selective_scan_fused"]()
-    monkeypatch.setattr(fused, "_installed", lambda package: True)
+    monkeypatch.setattr(kernels, "installed", lambda package: True)
     with pytest.raises(BackendUnavailable) as info:
         _cpu_calls()["selective_scan_fused"]()
     assert str(info.value) == "mamba_ssm's selective_scan_fn (a CUDA extension) needs a CUDA device"
@@ -401,7 +403,7 @@ def test_selective_scan_fused_needs_its_cuda_extension(monkeypatch):
 )
 def test_a_missing_package_says_how_to_install_it(monkeypatch, name, package, distribution):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # past the device check, nothing runs
-    monkeypatch.setattr(fused, "_installed", lambda p: p != package)
+    monkeypatch.setattr(kernels, "installed", lambda p: p != package)
     with pytest.raises(BackendUnavailable) as info:
         _cpu_calls()[name]()
     assert str(info.value) == f"{package} is not installed (`make fused` installs {distribution})"
@@ -417,7 +419,7 @@ def test_float64_is_unavailable(monkeypatch, name):
         torch.set_default_dtype(torch.float32)
     with pytest.raises(BackendUnavailable) as info:
         calls[name]()
-    assert str(info.value) == fused.NO_FLOAT64
+    assert str(info.value) == kernels.NO_FLOAT64
 
 
 def test_mamba3_takes_bf16_and_power_of_two_sizes():
@@ -427,7 +429,7 @@ def test_mamba3_takes_bf16_and_power_of_two_sizes():
         x = torch.empty(b, t, h, p, dtype=dtype, device=device)
         B = torch.empty(b, t, g, n, dtype=dtype, device=device)
         theta = torch.empty(b, t, h, r, dtype=dtype, device=device)
-        fused._mamba3_check(x, B, theta)
+        mamba3._mamba3_check(x, B, theta)
 
     with pytest.raises(BackendUnavailable, match="need a CUDA device"):
         call(16, 16, 4, torch.bfloat16, "meta")  # not CUDA: the device reason comes first
@@ -454,18 +456,18 @@ def test_verify_shapes_of_fused_backends_pass_the_wrappers_shape_checks(family, 
     from ssmbench.verify import block_setting
 
     shapes = importlib.import_module(f"ssmbench.verify.{family}").op_shapes(backend)
-    assert shapes and all(fused.shape_reason(shape) == "" for shape in shapes), shapes
+    assert shapes and all(kernels.shape_reason(shape) == "" for shape in shapes), shapes
     size, d_state = block_setting(backend)
-    assert fused.block_shape_reason(family, size.head_dim, d_state) == ""
+    assert kernels.block_shape_reason(family, size.head_dim, d_state) == ""
 
 
 def test_the_awkward_verify_shapes_are_the_ones_the_fused_checks_refuse():
     """The checks above can fail: naive/torch keep shapes mamba_ssm's Mamba-3 refuses."""
     from ssmbench.verify import BLOCK_D_STATE, BLOCK_SIZE, mamba3
 
-    assert all(fused.shape_reason(s) for s in mamba3.op_shapes("torch"))
-    assert fused.block_shape_reason("mamba3", BLOCK_SIZE.head_dim, BLOCK_D_STATE)
-    assert fused.shape_reason({"op": "attention", "b": 1, "t": 3, "h": 1, "d": 512})
+    assert all(kernels.shape_reason(s) for s in mamba3.op_shapes("torch"))
+    assert kernels.block_shape_reason("mamba3", BLOCK_SIZE.head_dim, BLOCK_D_STATE)
+    assert kernels.shape_reason({"op": "attention", "b": 1, "t": 3, "h": 1, "d": 512})
 
 
 class _FakeCudaTensor:
@@ -486,7 +488,7 @@ def test_mamba3_verify_inputs_pass_the_kernel_check_and_bound_theta():
         x, B, theta = (_FakeCudaTensor(b, t, h, p), _FakeCudaTensor(b, t, g, n))[:2] + (
             _FakeCudaTensor(b, t, h, r),
         )
-        fused._mamba3_check(x, B, theta)  # raises BackendUnavailable if illegal
+        mamba3._mamba3_check(x, B, theta)  # raises BackendUnavailable if illegal
         drawn = mamba3.random_inputs(
             Inputs(0, torch.device("cpu"), torch.float32), *(b, t, h, g, p, n, r)
         )
@@ -495,11 +497,11 @@ def test_mamba3_verify_inputs_pass_the_kernel_check_and_bound_theta():
         FUSED_BLOCK_SIZE.d_model, d_state=FUSED_BLOCK_D_STATE, head_dim=FUSED_BLOCK_SIZE.head_dim
     ).n_angles
     p, n = FUSED_BLOCK_SIZE.head_dim, FUSED_BLOCK_D_STATE
-    fused._mamba3_check(
+    mamba3._mamba3_check(
         _FakeCudaTensor(2, 3, 5, p), _FakeCudaTensor(2, 3, 5, n), _FakeCudaTensor(2, 3, 5, r)
     )
     with pytest.raises(BackendUnavailable, match="even number of angles"):
-        fused._mamba3_check(
+        mamba3._mamba3_check(
             _FakeCudaTensor(1, 3, 2, 16), _FakeCudaTensor(1, 3, 1, 16), _FakeCudaTensor(1, 3, 2, 3)
         )
 
@@ -520,12 +522,12 @@ def test_bf16_mamba3_tolerance_is_its_own_row():
     [
         ("decode", "no-extension", "cuda", "0", ""),
         ("decode", "no-extension", "cpu", "1", ""),
-        ("decode", "no-extension", "cpu", "0", fused.NEEDS_CUDA),
-        ("prefill", "no-extension", "cuda", "0", fused.SELECTIVE_SCAN_CUDA_MISSING),
-        ("train", "no-extension", "cuda", "0", fused.SELECTIVE_SCAN_CUDA_MISSING),
-        (None, "no-extension", "cuda", "0", fused.SELECTIVE_SCAN_CUDA_MISSING),
+        ("decode", "no-extension", "cpu", "0", kernels.NEEDS_CUDA),
+        ("prefill", "no-extension", "cuda", "0", mamba.SELECTIVE_SCAN_CUDA_MISSING),
+        ("train", "no-extension", "cuda", "0", mamba.SELECTIVE_SCAN_CUDA_MISSING),
+        (None, "no-extension", "cuda", "0", mamba.SELECTIVE_SCAN_CUDA_MISSING),
         ("prefill", "all", "cuda", "0", ""),
-        ("prefill", "all", "cpu", "1", fused.SELECTIVE_SCAN_NEEDS_CUDA),
+        ("prefill", "all", "cpu", "1", mamba.SELECTIVE_SCAN_NEEDS_CUDA),
     ],
 )
 def test_mamba1_availability_is_per_phase(
@@ -533,19 +535,19 @@ def test_mamba1_availability_is_per_phase(
 ):
     monkeypatch.setenv("TRITON_INTERPRET", interpret)
     absent = "selective_scan_cuda" if installed == "no-extension" else None
-    monkeypatch.setattr(fused, "_installed", lambda package: package != absent)
-    assert fused.unavailable_reason("mamba", device, "bf16", phase=phase) == expected
+    monkeypatch.setattr(kernels, "installed", lambda package: package != absent)
+    assert kernels.unavailable_reason("mamba", device, "bf16", phase=phase) == expected
 
 
 def test_unavailable_reason_rejects_unknown_phases():
     with pytest.raises(ValueError, match="unknown phase 'sample'"):
-        fused.unavailable_reason("mamba2", "cuda", phase="sample")
+        kernels.unavailable_reason("mamba2", "cuda", phase="sample")
 
 
 def _verify_mamba_fused_on_cpu() -> dict:
     """run_verify of Mamba-1 fused in the worker: no CUDA, so its prefill kernel is
     unavailable, and its Triton decode step runs under the interpreter."""
-    from ssmbench.cell import run_verify
+    from ssmbench.verify.run import run_verify
 
     return run_verify("mamba", "fused", "cpu", ["fp32"])
 
@@ -568,20 +570,20 @@ def test_mamba1_decode_verifies_where_its_prefill_kernel_cannot_run(interpreter)
 
 
 def test_fused_availability_covers_every_family():
-    assert set(fused.FUSED_AVAILABILITY) == set(FAMILIES)
+    assert all(callable(kernels.family_module(f).fused_unavailable) for f in FAMILIES)
 
 
 @pytest.mark.parametrize(
     "family, device, interpret, expected",
     [
-        ("s4d", "cuda", "0", fused.S4D_REASON),
-        ("s4d", "cpu", "1", fused.S4D_REASON),
-        ("attention", "cpu", "1", fused.FLASH_NEEDS_CUDA),
-        ("hybrid", "cpu", "1", fused.FLASH_NEEDS_CUDA),
-        ("mamba3", "cpu", "1", fused.MAMBA3_NEEDS_CUDA),
-        ("mamba", "cpu", "1", fused.SELECTIVE_SCAN_NEEDS_CUDA),
-        ("mamba2", "cpu", "0", fused.NEEDS_CUDA),
-        ("deltanet", "cpu", "0", fused.NEEDS_CUDA),
+        ("s4d", "cuda", "0", s4d.NO_FUSED_KERNEL),
+        ("s4d", "cpu", "1", s4d.NO_FUSED_KERNEL),
+        ("attention", "cpu", "1", attention.FLASH_NEEDS_CUDA),
+        ("hybrid", "cpu", "1", attention.FLASH_NEEDS_CUDA),
+        ("mamba3", "cpu", "1", mamba3.MAMBA3_NEEDS_CUDA),
+        ("mamba", "cpu", "1", mamba.SELECTIVE_SCAN_NEEDS_CUDA),
+        ("mamba2", "cpu", "0", kernels.NEEDS_CUDA),
+        ("deltanet", "cpu", "0", kernels.NEEDS_CUDA),
         ("mamba2", "cpu", "1", ""),
         ("deltanet", "cpu", "1", ""),
         ("attention", "cuda", "0", ""),
@@ -594,14 +596,14 @@ def test_fused_availability_covers_every_family():
 )
 def test_unavailable_reason_by_device(plain_cpu, monkeypatch, family, device, interpret, expected):
     monkeypatch.setenv("TRITON_INTERPRET", interpret)
-    assert fused.unavailable_reason(family, device) == expected
-    assert fused.FUSED_AVAILABILITY[family](device) == expected
+    assert kernels.unavailable_reason(family, device) == expected
+    assert kernels.family_module(family).fused_unavailable(device) == expected
 
 
 @pytest.mark.parametrize(
     "family, missing, expected",
     [
-        ("mamba", "selective_scan_cuda", fused.SELECTIVE_SCAN_CUDA_MISSING),
+        ("mamba", "selective_scan_cuda", mamba.SELECTIVE_SCAN_CUDA_MISSING),
         ("mamba", "mamba_ssm", "mamba_ssm is not installed (`make fused` installs mamba-ssm)"),
         ("mamba2", "mamba_ssm", "mamba_ssm is not installed (`make fused` installs mamba-ssm)"),
         ("hybrid", "triton", "triton is not installed (`make fused` installs triton)"),
@@ -611,8 +613,8 @@ def test_unavailable_reason_by_device(plain_cpu, monkeypatch, family, device, in
     ],
 )
 def test_unavailable_reason_by_package(monkeypatch, family, missing, expected):
-    monkeypatch.setattr(fused, "_installed", lambda package: package != missing)
-    assert fused.unavailable_reason(family, "cuda") == expected
+    monkeypatch.setattr(kernels, "installed", lambda package: package != missing)
+    assert kernels.unavailable_reason(family, "cuda") == expected
 
 
 @pytest.mark.parametrize(
@@ -621,30 +623,30 @@ def test_unavailable_reason_by_package(monkeypatch, family, missing, expected):
         ("attention", "fp32", "FlashAttention-2 takes fp16 and bf16 only, not fp32"),
         ("hybrid", "fp32", "FlashAttention-2 takes fp16 and bf16 only, not fp32"),
         ("attention", "bf16", ""),
-        ("mamba3", "fp16", f"{fused.MAMBA3_DTYPES}, not fp16"),
+        ("mamba3", "fp16", f"{mamba3.MAMBA3_DTYPES}, not fp16"),
         ("mamba3", "bf16", ""),
-        ("mamba2", "fp64", fused.NO_FLOAT64),
+        ("mamba2", "fp64", kernels.NO_FLOAT64),
         ("mamba2", "fp32", ""),
         ("deltanet", "fp32", ""),
         ("mamba", "fp16", ""),
     ],
 )
 def test_unavailable_reason_by_dtype(monkeypatch, family, dtype, expected):
-    monkeypatch.setattr(fused, "_installed", lambda package: True)
-    assert fused.unavailable_reason(family, "cuda", dtype) == expected
+    monkeypatch.setattr(kernels, "installed", lambda package: True)
+    assert kernels.unavailable_reason(family, "cuda", dtype) == expected
 
 
 def test_unavailable_reason_rejects_unknown_families():
     with pytest.raises(ValueError, match="unknown family 'mamba4'"):
-        fused.unavailable_reason("mamba4", "cuda")
+        kernels.unavailable_reason("mamba4", "cuda")
 
 
 def test_implementation_names(monkeypatch):
-    monkeypatch.setattr(fused, "_installed", lambda package: package != "flash_attn")
-    assert fused.attention_impl() == "sdpa-flash"
-    assert fused.delta_rule_impl(torch.float32, gated=False) == "fla.chunk_gated_delta_rule"
-    assert fused.delta_rule_impl(torch.bfloat16, gated=False) == "fla.chunk_delta_rule"
-    assert fused.delta_rule_impl(torch.bfloat16, gated=True) == "fla.chunk_gated_delta_rule"
+    monkeypatch.setattr(kernels, "installed", lambda package: package != "flash_attn")
+    assert attention.attention_impl() == "sdpa-flash"
+    assert deltanet.delta_rule_impl(torch.float32, gated=False) == "fla.chunk_gated_delta_rule"
+    assert deltanet.delta_rule_impl(torch.bfloat16, gated=False) == "fla.chunk_delta_rule"
+    assert deltanet.delta_rule_impl(torch.bfloat16, gated=True) == "fla.chunk_gated_delta_rule"
 
 
 def test_fused_attention_decode_hands_flash_attn_its_kvcache_contract(monkeypatch):
@@ -670,10 +672,10 @@ def test_fused_attention_decode_hands_flash_attn_its_kvcache_contract(monkeypatc
                                 position=cache_seqlens[:1].long())  # fmt: skip
         return attention_step_torch(q[:, 0], k[:, 0], v[:, 0], cache)[:, None]
 
-    monkeypatch.setattr(fused, "_flash_check", lambda *tensors: None)  # no CUDA here
-    monkeypatch.setattr(fused, "_installed", lambda package: True)
+    monkeypatch.setattr(attention, "_flash_check", lambda *tensors: None)  # no CUDA here
+    monkeypatch.setattr(kernels, "installed", lambda package: True)
     monkeypatch.setattr(
-        fused, "_import", lambda module, package: SimpleNamespace(
+        kernels, "kernel_module", lambda module, package: SimpleNamespace(
             flash_attn_with_kvcache=flash_attn_with_kvcache
         )
     )  # fmt: skip
@@ -721,7 +723,7 @@ def test_gpu_ssd(dtype):
     x, B, C = _on_gpu(dtype, x, B, C)
     dt, A, D, h0 = (v.cuda() for v in (dt, A, D, h0))
     ref_y, ref_state = reference.ssd(*_rounded(x, dt, A, B, C, D), initial_state=to_numpy(h0))
-    y, state = fused.ssd_fused(x, dt, A, B, C, D, chunk_size=64, initial_state=h0)
+    y, state = mamba2.ssd_fused(x, dt, A, B, C, D, chunk_size=64, initial_state=h0)
     _assert_all(
         [
             compare("ssd_fused.y", ref_y, y, _gpu_tolerance(dtype)),
@@ -739,7 +741,7 @@ def test_gpu_delta_rule(dtype, gated):
     q, k, v, beta = _on_gpu(dtype, q, k, v, beta)
     g, h0 = (None if x is None else x.cuda() for x in (g, h0))
     ref_o, ref_state = reference.delta_rule(*_rounded(q, k, v, beta, g), initial_state=to_numpy(h0))
-    o, state = fused.delta_rule_fused(q, k, v, beta, g, initial_state=h0)
+    o, state = deltanet.delta_rule_fused(q, k, v, beta, g, initial_state=h0)
     _assert_all(
         [
             compare("delta_rule_fused.o", ref_o, o, _gpu_tolerance(dtype)),
@@ -756,8 +758,8 @@ def test_gpu_attention(dtype):
     torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
     q, k, v = (x.to("cuda", torch_dtype) for x in (q, k, v))
     ref = reference.attention(*_rounded(q, k, v), causal=True)
-    y = fused.attention_fused(q, k, v)
-    _assert_all([compare(f"attention_fused[{fused.attention_impl()}]", ref, y, dtype)])
+    y = attention.attention_fused(q, k, v)
+    _assert_all([compare(f"attention_fused[{attention.attention_impl()}]", ref, y, dtype)])
 
 
 @pytest.mark.skipif(
@@ -775,7 +777,7 @@ def test_gpu_selective_scan(with_state):
         delta_softplus=True,
         initial_state=None if h0 is None else to_numpy(h0),
     )
-    y, state = fused.selective_scan_fused(u, delta, A, B, C, D, z, bias, True, h0)
+    y, state = mamba.selective_scan_fused(u, delta, A, B, C, D, z, bias, True, h0)
     _assert_all(
         [
             compare("selective_scan_fused.y", ref_y, y, "fp32"),
@@ -805,7 +807,7 @@ def test_gpu_mamba3():
     ref_y, ref_state = reference.mamba3(
         *_rounded(x, dt, A, B, C, theta, lam, D), initial_state=to_numpy(h0)
     )
-    y, state = fused.mamba3_fused(x, dt, A, B, C, theta, lam, D, initial_state=h0)
+    y, state = mamba3.mamba3_fused(x, dt, A, B, C, theta, lam, D, initial_state=h0)
     row = "bf16-mamba3"  # ssmbench.numerics.TOLERANCES says where it comes from
     checks = [
         compare("mamba3_fused.y", ref_y, y, row),
@@ -814,7 +816,7 @@ def test_gpu_mamba3():
         compare("mamba3_fused.x_prev", ref_state.x_prev, state.x_prev, row),
         compare_phase("mamba3_fused.phase", ref_state.phase, state.phase, row),
     ]
-    y_t, _ = fused.mamba3_step_fused(
+    y_t, _ = mamba3.mamba3_step_fused(
         x[:, 0], dt[:, 0], A[:, 0], B[:, 0], C[:, 0], theta[:, 0], lam[:, 0], D, state=h0
     )
     checks.append(compare("mamba3_step_fused.y", ref_y[:, 0], y_t, row))
@@ -833,10 +835,10 @@ def test_gpu_decode_steps_replay_in_cuda_graphs():
         for t in _delta_inputs(12, 2, 1, 4, 64, 64, True, torch.float32)
     )
     steps = {
-        "ssd_step_fused": lambda: fused.ssd_step_fused(
+        "ssd_step_fused": lambda: mamba2.ssd_step_fused(
             x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D, state=h0
         ),
-        "delta_rule_step_fused": lambda: fused.delta_rule_step_fused(
+        "delta_rule_step_fused": lambda: deltanet.delta_rule_step_fused(
             q[:, 0], k[:, 0], v[:, 0], beta[:, 0], g[:, 0], state=s0
         ),
     }
@@ -907,7 +909,7 @@ GPU_VERIFY_FAMILIES = ["attention", "mamba", "mamba3"]
 @needs_mamba_ssm
 @pytest.mark.parametrize("family", GPU_VERIFY_FAMILIES)
 def test_gpu_verify_fused_in_bf16(family):
-    from ssmbench.cell import run_verify
+    from ssmbench.verify.run import run_verify
 
     record = run_verify(family, "fused", "cuda", ["bf16"])
     phases = record["phases"]
@@ -929,9 +931,10 @@ def test_gpu_verify_fused_in_bf16(family):
 def test_gpu_graph_decode_cell_with_its_base_backends_verify_record(family, backend):
     """A graph cell takes its base backend's verify record, replays equal to the eager
     step, reads the clocks of the warm GPU, and counts its graph pool in peak_bytes."""
-    from ssmbench.cell import CellSpec, run_cell, run_verify
+    from ssmbench.cell import CellSpec, run_cell
     from ssmbench.matrix import Cell, Size, Timing
     from ssmbench.models import GRAPH_BACKENDS
+    from ssmbench.verify.run import run_verify
 
     verify = run_verify(family, GRAPH_BACKENDS[backend], "cuda", ["bf16"])
     size = Size(d_model=256, n_layers=2, n_heads=4, head_dim=64, expand=2, d_conv=4, chunk=64)

@@ -468,14 +468,14 @@ def _check_against_mamba_ssm(shape: tuple, seed: int) -> dict:
     same input; our three forms and our cache against its output and final states."""
     from types import SimpleNamespace
 
-    from ssmbench.models import fused
+    from ssmbench.models import kernels
     from ssmbench.models.mamba3 import A_FLOOR, Mamba3Mixer
     from ssmbench.numerics import compare
     from ssmbench.verify import compare_phase
 
     b, t, d_model, head_dim, d_state, chunk = shape
-    module = fused._mamba_ssm("modules.mamba3")
-    combined = fused._mamba_ssm("ops.triton.mamba3.mamba3_siso_combined")
+    module = kernels.mamba_ssm_module("modules.mamba3")
+    combined = kernels.mamba_ssm_module("ops.triton.mamba3.mamba3_siso_combined")
     module.mamba3_siso_combined = _combined_in_float32(combined)
 
     torch.manual_seed(seed)
@@ -563,10 +563,10 @@ def test_mixer_matches_mamba_ssm_module(mamba_ssm_worker, shape):
 def _init_against_mamba_ssm(d_model: int, head_dim: int, d_state: int, seed: int) -> dict:
     """Run in the worker: mamba_ssm's Mamba3 and our mixer, each built right after
     ``torch.manual_seed(seed)``; per parameter of ours, whether it equals theirs."""
-    from ssmbench.models import fused
+    from ssmbench.models import kernels
     from ssmbench.models.mamba3 import Mamba3Mixer
 
-    module = fused._mamba_ssm("modules.mamba3")
+    module = kernels.mamba_ssm_module("modules.mamba3")
     torch.manual_seed(seed)
     theirs = module.Mamba3(d_model, d_state=d_state, expand=2, headdim=head_dim)
     torch.manual_seed(seed)

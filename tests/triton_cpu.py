@@ -98,11 +98,11 @@ def exact_mamba3_helpers() -> None:
     is rebound, in every kernel module that has it, to the exact Triton function of
     tests/triton_exact.py.  Everything else in the kernels (the TMA descriptors included)
     runs as written.  Call after :func:`install` (the functions are jitted on import)."""
-    from ssmbench.models import fused
+    from ssmbench.models import kernels
     from tests import triton_exact
 
     for name in ("utils", "angle_dt", "mamba3_siso_fwd", "mamba3_siso_bwd", "mamba3_siso_step"):
-        module = fused._mamba_ssm(f"ops.triton.mamba3.{name}")
+        module = kernels.mamba_ssm_module(f"ops.triton.mamba3.{name}")
         for helper, function in triton_exact.MAMBA3_HELPERS.items():
             if hasattr(module, helper):
                 setattr(module, helper, function)

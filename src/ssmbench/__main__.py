@@ -42,8 +42,9 @@ from pathlib import Path
 
 from ssmbench import config as sbconfig
 from ssmbench import registry
-from ssmbench.cell import CellSpec, cap_address_space, run_cell, run_verify
+from ssmbench.cell import CellSpec, run_cell
 from ssmbench.matrix import Cell, Size, Timing
+from ssmbench.process import cap_address_space
 from ssmbench.records import write_record
 from ssmbench.registry import NO_STATE
 from ssmbench.scripting import positive_int
@@ -147,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
 
     verify_record = None
     if args.command == "verify" or not args.no_verify:
+        from ssmbench.verify.run import run_verify  # imports torch: not for --help
+
         verify_record = run_verify(args.model, args.backend, device, [args.dtype], args.seed)
     if args.command == "verify":
         print(json.dumps(verify_record, indent=1))

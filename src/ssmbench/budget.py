@@ -47,17 +47,12 @@ from ssmbench import paths
 from ssmbench.config import Plan
 from ssmbench.matrix import Cell
 from ssmbench.prewarm import prewarm_groups
-from ssmbench.registry import base_family
+from ssmbench.registry import JIT_FAMILIES, base_family
 
-# families whose fused kernels Triton compiles in the process that first runs them (the
-# hybrid's are Mamba-2's; attention's FlashAttention kernels ship compiled; S4D has none)
-JIT_FAMILIES = {
-    "mamba": "mamba",
-    "mamba2": "mamba2",
-    "hybrid": "mamba2",
-    "mamba3": "mamba3",
-    "deltanet": "deltanet",
-}
+# JIT_FAMILIES (ssmbench.registry): the families whose fused kernels Triton compiles in the
+# process that first runs them (the hybrid's are Mamba-2's; attention's FlashAttention
+# kernels ship compiled; S4D has none)
+
 # the energy reading needs a loop at least this long (NVML's counter updates every
 # 20-100 ms; ssmbench.measure.energy keeps calling until its window is this long)
 ENERGY_WINDOW_S = 1.0

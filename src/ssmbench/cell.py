@@ -1,22 +1,25 @@
-"""Measure one cell, or verify one (model, backend): the functions the workflow's rules and
-``python -m ssmbench`` both call, so a cell behaves the same inside and outside the workflow.
+"""Measure one block cell (:func:`run_cell`) or profile it (:func:`profile_or_status`):
+the functions the workflow's rules and ``python -m ssmbench`` both call, so a cell behaves
+the same inside and outside the workflow.  A paired cell (:mod:`ssmbench.paired`) and the
+prewarm job (:mod:`ssmbench.prewarm`) build their work with the same :func:`phase_work`.
 
 Whatever happens, the result is a record: errors become ``status`` and ``reason``
-(docs/ARCHITECTURE.md, "Decisions"), they are never raised out of :func:`run_cell`.
+(docs/ARCHITECTURE.md, "Decisions"; :mod:`ssmbench.process`), they are never raised out of
+:func:`run_cell`.  Verifying a backend first is :mod:`ssmbench.verify.run`'s job; a cell
+reads its verdict (:func:`ssmbench.records.phase_verdict`).
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass
 
 from ssmbench import counts as counts_mod
-from ssmbench import registry
 from ssmbench.matrix import Cell, Size, Timing, compute_dtype
-from ssmbench.provenance import cpu_model, git_state, now
-from ssmbench.records import CellRecord
+from ssmbench.process import device_name, device_unavailable, error_status, set_threads
+from ssmbench.provenance import git_state, now
+from ssmbench.records import CellRecord, phase_verdict, verify_summary
 
 
 @dataclass(frozen=True)
@@ -56,179 +59,6 @@ def spec_from_params(p) -> CellSpec:
         seed=p.seed,
         cache_source=getattr(p, "cache_source", "prefill"),
     )
-
-
-def device_unavailable(device: str) -> str:
-    """Why ``device`` cannot be used here, or ``""`` when it can."""
-    if device == "cpu":
-        return ""
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
-        return "device cuda requested but torch.cuda.is_available() is False on this machine"
-    return ""
-
-
-def cap_address_space(gigabytes: float) -> None:
-    """Cap this process's address space at ``gigabytes`` GiB (RLIMIT_AS): an allocation
-    past it fails, and the cell ends as ``oom`` instead of driving the machine into swap or
-    the kernel's OOM killer.  The cap counts everything mapped (libraries, thread stacks),
-    not only tensors, so it must leave room for them (torch itself maps ~2 GiB here)."""
-    import resource
-
-    cap = int(gigabytes * 2**30)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-
-def device_name(device: str) -> str:
-    if device == "cuda":
-        import torch
-
-        return torch.cuda.get_device_name()
-    return cpu_model() or platform.machine()
-
-
-def is_oom(error: BaseException) -> bool:
-    """CUDA out-of-memory, or the CPU allocator refusing an allocation."""
-    if isinstance(error, MemoryError):
-        return True
-    import torch
-
-    if isinstance(error, torch.cuda.OutOfMemoryError):
-        return True
-    text = str(error)
-    return isinstance(error, RuntimeError) and (
-        "can't allocate memory" in text or "out of memory" in text.lower()
-    )
-
-
-def error_status(error: BaseException) -> tuple[str, str]:
-    """(status, reason) of an error raised while measuring: ``unavailable`` for a backend
-    that cannot run here, ``oom`` for an allocation refused, ``failed`` otherwise."""
-    if _unavailable(error):
-        return "unavailable", str(error)
-    return ("oom" if is_oom(error) else "failed"), f"{type(error).__name__}: {error}".strip()
-
-
-def _unavailable(error: BaseException) -> bool:
-    """A backend that cannot run here (e.g. torch.compile without a working compiler)."""
-    from ssmbench.models.common import BackendUnavailable
-
-    return isinstance(error, BackendUnavailable)
-
-
-PHASES = registry.PHASES
-
-
-def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: int = 0) -> dict:
-    """Check (model, backend) against the float64 reference on ``device`` in each dtype.
-
-    Returns the verify record: ``phases`` maps each phase (prefill, decode, train) to its
-    ``{"status", "reason"}``, status ``passed``, ``failed`` or ``unavailable``: a phase is
-    failed when one of its checks (:func:`ssmbench.verify.check_phases`) failed in some
-    dtype, unavailable when its kernels could not run in some dtype, passed otherwise.
-    The top-level ``status`` sums them up: ``passed`` when every phase passed, ``failed``
-    when one failed, else ``unavailable``; ``reason`` says which phases and why.
-    ``checks`` lists every comparison with its errors, tolerances and phases.
-
-    A graph backend (``torch-graph``, ``fused-graph``) replays its base backend's decode
-    step: the base is verified, the record is the base's (``backend`` is the base, ``note``
-    says so), and each graph cell checks its replay equal to the eager step before timing.
-    """
-    from ssmbench.models import GRAPH_BACKENDS
-    from ssmbench.verify import verify_backend
-
-    base = GRAPH_BACKENDS.get(backend, backend)
-    record = {
-        "model": model,
-        "backend": base,
-        "device": device,
-        "dtypes": list(dtypes),
-        "seed": seed,
-        "started": now(),
-        "status": "passed",
-        "reason": "",
-        "checks": [],
-    }
-    if base != backend:
-        record["note"] = (
-            f"{backend} replays {base}'s decode step: this is the verification of {base}; "
-            f"each {backend} cell checks its replay equal to the eager step before timing"
-        )
-    unavailable: dict[str, list[str]] = {phase: [] for phase in PHASES}
-    crashed: dict[str, list[str]] = {phase: [] for phase in PHASES}
-    reason = device_unavailable(device)
-    if reason:
-        for phase in PHASES:
-            unavailable[phase].append(reason)
-    else:
-        for dtype in dtypes:
-            try:
-                result = verify_backend(model, base, device=device, dtype=dtype, seed=seed)
-            except Exception as e:  # a crash in a backend is a failed verification
-                for phase in PHASES:
-                    if _unavailable(e):
-                        unavailable[phase].append(f"{dtype}: {e}")
-                    else:
-                        crashed[phase].append(f"{dtype}: {type(e).__name__}: {e}")
-                continue
-            record["checks"] += result["checks"]
-            for phase, why in result.get("unavailable", {}).items():
-                unavailable[phase].append(f"{dtype}: {why}")
-    record["phases"] = {}
-    for phase in PHASES:
-        failed = [c for c in record["checks"] if not c["ok"] and phase in c.get("phases", PHASES)]
-        if failed or crashed[phase]:
-            status = "failed"
-            why = "; ".join(crashed[phase] + [_describe(c) for c in failed])
-        elif unavailable[phase]:
-            status, why = "unavailable", "; ".join(dict.fromkeys(unavailable[phase]))
-        else:
-            status, why = "passed", ""
-        record["phases"][phase] = {"status": status, "reason": why}
-    record["status"], record["reason"] = _summary(record["phases"])
-    record["passed"] = record["status"] == "passed"
-    record["ended"] = now()
-    return record
-
-
-def _describe(check: dict) -> str:
-    return (
-        f"{check['name']} [{check['dtype']}] max_abs_err={check['max_abs_err']:.3e} "
-        f"rel_rms_err={check['rel_rms_err']:.3e} > tolerance atol={check['atol']:.0e} "
-        f"rtol={check['rtol']:.0e}"
-    )
-
-
-def _summary(phases: dict) -> tuple[str, str]:
-    """The top-level (status, reason) of per-phase verify results."""
-    statuses = {v["status"] for v in phases.values()}
-    if statuses == {"passed"}:
-        return "passed", ""
-    status = "failed" if "failed" in statuses else "unavailable"
-    reasons: dict[str, list[str]] = {}
-    for phase, v in phases.items():
-        if v["status"] != "passed":
-            reasons.setdefault(f"{v['status']}: {v['reason']}", []).append(phase)
-    if len(reasons) == 1 and len(next(iter(reasons.values()))) == len(phases):
-        return status, next(iter(reasons)).split(": ", 1)[1]
-    return status, "; ".join(f"{', '.join(ps)} {why}" for why, ps in reasons.items())
-
-
-def verify_summary(verify: dict) -> dict:
-    """The part of a verify record a cell record keeps (``backend`` and ``phases`` where
-    the record has them: a graph cell keeps its base backend's)."""
-    keys = ("status", "reason", "device", "dtypes", "seed", "backend", "phases")
-    return {k: verify[k] for k in keys if k in verify}
-
-
-def phase_verdict(verify: dict, phase: str) -> tuple[str, str]:
-    """(status, reason) of ``phase`` in a verify record; a record without ``phases`` (an
-    older one) has one verdict for every phase."""
-    phases = verify.get("phases") or {}
-    if phase in phases:
-        return phases[phase]["status"], phases[phase]["reason"]
-    return verify["status"], verify["reason"]
 
 
 def run_cell(
@@ -281,7 +111,8 @@ class Work:
 
     ``cache`` is the state or KV cache the call reads (decode) or returns (prefill), for
     the memory split; ``train`` says whether gradients are on; ``graph_pool_bytes`` is the
-    memory a CUDA graph's capture took (graph cells, see :class:`GraphReplay`), else None.
+    memory a CUDA graph's capture took (graph cells, see
+    :class:`ssmbench.models.graphs.GraphReplay`), else None.
     """
 
     def __init__(self, fn, cache, train: bool, graph_pool_bytes: float | None = None):
@@ -334,11 +165,11 @@ def phase_work(c: Cell, model, x, cache_source: str = "prefill") -> Work:
     The compile backend compiles the sequence operators, not the one-token step: its decode
     cells are ``unavailable`` (the step of the torch cells is the same code).  A graph
     backend (``torch-graph``, ``fused-graph``) times the decode step only, as replays of a
-    CUDA graph (:func:`graph_step`).
+    CUDA graph (:func:`ssmbench.models.graphs.graph_step`).
     """
     import torch
 
-    from ssmbench.models import GRAPH_BACKENDS
+    from ssmbench.models import GRAPH_BACKENDS, graphs
     from ssmbench.models.common import BackendUnavailable
     from ssmbench.registry import BACKEND
 
@@ -370,7 +201,7 @@ def phase_work(c: Cell, model, x, cache_source: str = "prefill") -> Work:
             cache = model.decode_caches(cache, capacity=c.seq_len + 1)
         x_t = x[:, -1].clone()  # (b, d_model): any token will do, this one is real data
         if c.backend in GRAPH_BACKENDS:
-            replay = graph_step(model, x_t, cache)
+            replay = graphs.graph_step(model, x_t, cache)
             return Work(replay, cache, train=False, graph_pool_bytes=replay.pool_bytes)
         return Work(lambda: model.step(x_t, cache), cache, train=False)
     if c.phase == "train":
@@ -384,14 +215,6 @@ def phase_work(c: Cell, model, x, cache_source: str = "prefill") -> Work:
 
         return Work(step, None, train=True)
     raise ValueError(f"unknown phase {c.phase!r}; known: prefill, decode, train")
-
-
-def _set_threads(threads: int | None) -> int:
-    import torch
-
-    threads = threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
-    return threads
 
 
 def _model_and_input(spec: CellSpec):
@@ -437,7 +260,7 @@ def profile_cell(
 
     c = spec.cell
     set_host_allocator(spec.timing.host_allocator)
-    _set_threads(threads)
+    set_threads(threads)
     model, x = _model_and_input(spec)
     work = phase_work(c, model, x, spec.cache_source)
     with torch.inference_mode(not work.train):
@@ -460,6 +283,8 @@ def profile_or_status(
     (unavailable, failed, oom or timeout) and
     ``reason``, and an empty Chrome trace at ``trace_path`` (so the job's outputs exist and
     the run's aggregate never fails for a profile that could not run)."""
+    from ssmbench.models.graphs import graph_unavailable
+
     c = spec.cell
     keys = {"run": spec.run, **asdict(c), "device": spec.device}
     status = reason = ""
@@ -493,85 +318,6 @@ def profile_or_status(
     return [{**keys, "device_name": name, "status": status, "reason": reason}]
 
 
-class GraphReplay:
-    """The replay of a captured decode step, holding everything the graph reads and writes.
-
-    A CUDA graph replays fixed device addresses: its static inputs (``x_t``, the cache)
-    and its outputs (``outputs``, the step's y and new cache, in the graph's private memory
-    pool) must stay alive as long as the graph is replayed, so they are attributes of this
-    object, which is the cell's timed callable, not only names in a closure.
-
-    ``pool_bytes`` is the memory the capture took on the device: the growth of the CUDA
-    caching allocator's reserved bytes across the capture (the private pool's segments,
-    intermediates freed back into the pool included), at least the growth of its allocated
-    bytes (the outputs, still live).  Replays allocate nothing, so this is the graph's
-    footprint beyond the weights and the cache; the cell counts it in ``peak_bytes``.
-    """
-
-    def __init__(self, graph, x_t, cache, outputs, pool_bytes: float):
-        self.graph, self.x_t, self.cache, self.outputs = graph, x_t, cache, outputs
-        self.pool_bytes = float(pool_bytes)
-
-    def __call__(self):
-        self.graph.replay()
-        return self.outputs
-
-
-def graph_step(model, x_t, cache, warmup: int = 3, cuda=None) -> GraphReplay:
-    """``model.step(x_t, cache)`` captured once in a CUDA graph; returns its
-    :class:`GraphReplay`.
-
-    The step reads only static buffers (x_t and the cache, which every sample steps from)
-    and writes its outputs into the graph's own memory pool, so one replay is one decode
-    step.  Warm-up runs on a side stream first (lazy initialisation, Triton autotuning and
-    cuBLAS workspaces stay out of the capture, as the CUDA-graph notes of PyTorch advise);
-    then one replay is checked equal to the eager step before anything is timed: a
-    mismatch raises, and the cell is ``failed`` with the error.  ``cuda`` replaces
-    ``torch.cuda`` (the tests pass a fake with the same few names).
-    """
-    import torch
-
-    from ssmbench.models import DTYPES
-    from ssmbench.models.common import BackendUnavailable
-    from ssmbench.numerics import compare
-
-    if cuda is None:
-        if not x_t.is_cuda:
-            raise BackendUnavailable("CUDA graphs need a CUDA device")
-        cuda = torch.cuda
-    with torch.inference_mode():
-        side = cuda.Stream()
-        side.wait_stream(cuda.current_stream())
-        with cuda.stream(side):
-            for _ in range(warmup):
-                eager_y, _ = model.step(x_t, cache)
-        cuda.current_stream().wait_stream(side)
-        cuda.synchronize()
-        allocated, reserved = cuda.memory_allocated(), cuda.memory_reserved()
-        graph = cuda.CUDAGraph()
-        with cuda.graph(graph):
-            outputs = model.step(x_t, cache)
-        cuda.synchronize()
-        pool_bytes = max(cuda.memory_reserved() - reserved, cuda.memory_allocated() - allocated, 0)
-        graph.replay()
-        cuda.synchronize()
-        dtype = {v: k for k, v in DTYPES.items()}[eager_y.dtype]  # the tolerance row
-        check = compare("graph_step", eager_y, outputs[0], dtype)
-        if not check.ok:
-            raise RuntimeError(f"graph replay differs from the eager step: {check}")
-    return GraphReplay(graph, x_t, cache, outputs, pool_bytes)
-
-
-def graph_unavailable(backend: str, device: str) -> str:
-    """Why a cell of ``backend`` cannot run on ``device`` because it is a CUDA-graph
-    backend off CUDA ("" otherwise)."""
-    from ssmbench.models import GRAPH_BACKENDS
-
-    if backend in GRAPH_BACKENDS and device != "cuda":
-        return f"{backend}: CUDA graphs need a CUDA device (this run's device is {device})"
-    return ""
-
-
 def _verify_unusable(c: Cell, verify: dict) -> tuple[str, str] | None:
     """(status, reason) when the verify record does not let cell ``c`` be timed: it is for
     another backend (a graph cell takes its base backend's record), or its verdict for the
@@ -598,6 +344,8 @@ def _verify_unusable(c: Cell, verify: dict) -> tuple[str, str] | None:
 def _measure_into(
     record: CellRecord, spec: CellSpec, verify: dict | None, threads, device_info, deadline
 ) -> None:
+    from ssmbench.models.graphs import graph_unavailable
+
     c = spec.cell
     unavailable = device_unavailable(spec.device) or graph_unavailable(c.backend, spec.device)
     if unavailable:
@@ -625,7 +373,7 @@ def _measure_into(
     from ssmbench.measure.timing import measure
 
     record.host_allocator = set_host_allocator(spec.timing.host_allocator)
-    record.threads = _set_threads(threads)
+    record.threads = set_threads(threads)
     record.load_avg_1m = os.getloadavg()[0]  # another busy process skews CPU timings
     watch = LoadWatch().start()
     record.device_name = device_name(spec.device)
@@ -726,7 +474,7 @@ def _measure_into(
     cache = float(tensor_bytes(work.cache)) if work.cache is not None else 0.0
     record.cache_bytes = cache
     #   graph decode: a replay allocates nothing; the step's activations live in the graph's
-    #   private pool, measured at capture (GraphReplay.pool_bytes) and counted here
+    #   private pool, measured at capture (models.graphs.GraphReplay.pool_bytes), counted here
     if c.phase == "prefill":
         record.peak_bytes = record.weights_bytes + peak["peak_bytes"]
         record.activations_bytes = max(peak["peak_bytes"] - cache, 0.0)

@@ -40,7 +40,7 @@ RESERVED_RUNS = ("precollected", "imported", "provenance")
 # maps 625 MiB of address space and holds 219 MiB resident (torch 2.13.0+cpu, Python
 # 3.11, x86-64), and under an RLIMIT_AS of 0.5 GiB the import fails or hangs.  A cap
 # below these is refused: it would not make a run of oom cells, it would make no run.
-MIN_CPU_MEM_LIMIT_GB = 1.0  # RLIMIT_AS of a CPU cell (ssmbench.cell.cap_address_space)
+MIN_CPU_MEM_LIMIT_GB = 1.0  # RLIMIT_AS of a CPU cell (ssmbench.process.cap_address_space)
 MIN_MEM_MB = 256  # Snakemake's mem_mb of a job: the resident set above, rounded up
 
 

@@ -59,8 +59,8 @@ TARGET_ARGS = (
 # published without a wheel (pure Python): built here, then found by the download
 SDIST_ONLY = ("connection-pool",)
 # installed with --no-deps and checked on its own: its metadata declares tilelang,
-# apache-tvm-ffi, quack-kernels, transformers, ... which the Triton kernels that
-# ssmbench.models.fused imports (bypassing mamba_ssm/__init__.py) never load
+# apache-tvm-ffi, quack-kernels, transformers, ... which the Triton kernels that the fused
+# wrappers import (ssmbench.models.kernels, bypassing mamba_ssm/__init__.py) never load
 MAMBA = "mamba-ssm"
 MAMBA_RUNTIME = ("torch", "triton", "einops")
 MAX_TOTAL_MB = 50

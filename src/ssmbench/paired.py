@@ -34,6 +34,7 @@ from ssmbench.records import (
     integer_fields,
     not_an_integer,
     read_json,
+    verify_summary,
     write_json_atomic,
 )
 
@@ -161,8 +162,9 @@ def run_paired(
     ``verify`` maps each side's model to its verify record.
     Whatever happens the result is a record: unavailable, oom, timeout and failed are
     statuses with a reason naming the side, as in :func:`ssmbench.cell.run_cell`."""
-    from ssmbench.cell import error_status, identity, verify_summary
+    from ssmbench.cell import identity
     from ssmbench.measure.timing import CellTimeout, deadline_alarm
+    from ssmbench.process import error_status
     from ssmbench.provenance import git_state, now
 
     c = spec.cell
@@ -206,15 +208,13 @@ def _measure_into(record: PairedRecord, spec, verify, threads, deadline) -> None
     from ssmbench import counts as counts_mod
     from ssmbench.cell import (
         _model_and_input,
-        _set_threads,
         _verify_unusable,
-        device_name,
-        device_unavailable,
-        graph_unavailable,
         kv_cache_kind,
         load_into,
         phase_work,
     )
+    from ssmbench.models.graphs import graph_unavailable
+    from ssmbench.process import device_name, device_unavailable, set_threads
 
     c = spec.cell
     unavailable = device_unavailable(spec.device) or graph_unavailable(c.backend, spec.device)
@@ -240,7 +240,7 @@ def _measure_into(record: PairedRecord, spec, verify, threads, deadline) -> None
     from ssmbench.measure.timing import measure_pair
 
     record.host_allocator = set_host_allocator(spec.timing.host_allocator)
-    record.threads = _set_threads(threads)
+    record.threads = set_threads(threads)
     record.load_avg_1m = os.getloadavg()[0]
     watch = LoadWatch().start()
     record.device_name = device_name(spec.device)

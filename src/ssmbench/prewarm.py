@@ -61,7 +61,8 @@ def prewarm(spec_of, cells: Iterable[Cell], verify: dict, budget_s: float) -> di
     """
     import torch
 
-    from ssmbench.cell import _model_and_input, phase_verdict, phase_work
+    from ssmbench.cell import _model_and_input, phase_work
+    from ssmbench.records import phase_verdict
 
     cells = list(cells)
     record = {"status": "done", "reason": "", "budget_s": budget_s, "shapes": []}

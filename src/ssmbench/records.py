@@ -1,4 +1,6 @@
-"""The result record of a cell (one dataclass), its JSON schema, and atomic writes.
+"""The result record of a cell (one dataclass), its JSON schema, and atomic writes; the
+records a cell reads (verify, device, prewarm), checked, and what it keeps of a verify
+record and reads from it (:func:`verify_summary`, :func:`phase_verdict`).
 
 Every cell writes one record whatever happens (docs/ARCHITECTURE.md, "The contract"): ``status`` is
 ``ok``, ``oom``, ``unavailable``, ``timeout``, ``failed`` or ``not_run`` (a cell a budgeted
@@ -335,7 +337,7 @@ def read_record(path: str | os.PathLike) -> CellRecord:
     return CellRecord.from_dict(data)
 
 
-# The verify record (ssmbench.cell.run_verify): what the cells, prewarm and tables read
+# The verify record (ssmbench.verify.run.run_verify): what the cells, prewarm and tables read
 VERIFY_KEYS = ("model", "backend", "device", "status", "reason", "checks")
 
 
@@ -365,6 +367,22 @@ def read_verify(path: str | os.PathLike) -> dict:
     data = read_json(path)
     validate_verify(data, path)
     return data
+
+
+def verify_summary(verify: dict) -> dict:
+    """The part of a verify record a cell record keeps (``backend`` and ``phases`` where
+    the record has them: a graph cell keeps its base backend's)."""
+    keys = ("status", "reason", "device", "dtypes", "seed", "backend", "phases")
+    return {k: verify[k] for k in keys if k in verify}
+
+
+def phase_verdict(verify: dict, phase: str) -> tuple[str, str]:
+    """(status, reason) of ``phase`` in a verify record; a record without ``phases`` (an
+    older one) has one verdict for every phase."""
+    phases = verify.get("phases") or {}
+    if phase in phases:
+        return phases[phase]["status"], phases[phase]["reason"]
+    return verify["status"], verify["reason"]
 
 
 # What the cells read of the run's device.json (rule calibrate) and of a prewarm record

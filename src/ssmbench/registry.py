@@ -20,7 +20,11 @@ hybrid     (its parts: attention and mamba2 layers, each in its own scope)
 =========  ==============  ===================  =====  =========  ==========
 
 Each module holds the operator's and the step's ``{backend: function}`` dicts under the
-names :class:`Family` gives (``SSD_BACKENDS``, ``SSD_STEP_BACKENDS``, ...).
+names :class:`Family` gives (``SSD_BACKENDS``, ``SSD_STEP_BACKENDS``, ...), its fused
+wrappers among them.  "fused" names the kernels' package; :class:`Family` also says the
+packages those kernels import (``fused_packages``), the dtypes they take
+(``fused_dtypes``: Mamba-3's bf16 only, FlashAttention's fp16 and bf16) and whose Triton
+kernels a process compiles on first use (``jit``, :data:`JIT_FAMILIES`).
 "state: no" pins a cell's ``d_state`` to 0 (n0): attention has none, and the delta
 rule's is fixed by its head dims.  The scope is the profiler bucket
 (:mod:`ssmbench.measure.profile`) that everything inside the operator's or the step's
@@ -35,7 +39,7 @@ naive        0     all                 a plain loop over time, the slow truth
 torch        1     all                 chunked / parallel PyTorch
 torch-mixed  1     all                 torch with its matmuls in the cell's bf16
 compile      1     prefill, train      torch.compile of torch (no decode step)
-fused        2     all                 the ecosystem's kernels (ssmbench.models.fused)
+fused        2     all                 the ecosystem's kernels (ssmbench.models.kernels)
 torch-graph  1     decode              torch's decode step replayed in a CUDA graph
 fused-graph  2     decode              fused's decode step replayed in a CUDA graph
 ===========  ====  ==================  ==========================================
@@ -79,6 +83,15 @@ class Family:
     fused: str | None  # the package of the fused kernels (None: no fused kernel)
     fused_unavailable: str  # when the fused backend is unavailable, in words
     parts: tuple[str, ...] = ()  # the families whose layers make up a hybrid
+    # the packages the fused kernels import, in the order a missing one is named (the
+    # family module's fused_unavailable checks them; Mamba-1's prefill also needs its
+    # CUDA extension, selective_scan_cuda)
+    fused_packages: tuple[str, ...] = ()
+    fused_dtypes: tuple[str, ...] = SWEEP_DTYPES  # the sweep dtypes its kernels take
+    fused_dtypes_why: str = ""  # why not the others, in words
+    # the family whose Triton kernels the first process to run them compiles (and caches
+    # for the rest), None where nothing is compiled per process (ssmbench.budget)
+    jit: str | None = None
 
     @property
     def module(self) -> str:
@@ -86,6 +99,7 @@ class Family:
         return f"ssmbench.models.{self.name}"
 
 
+_FLASH_DTYPES = "FlashAttention-2 takes fp16 and bf16 only"
 _FAMILIES = (
     Family(
         "attention",
@@ -98,6 +112,8 @@ _FAMILIES = (
         scope="attention",
         fused="flash_attn",
         fused_unavailable="FlashAttention-2 (else SDPA's flash kernel) needs CUDA and fp16/bf16",
+        fused_dtypes=("fp16", "bf16"),
+        fused_dtypes_why=_FLASH_DTYPES,
     ),
     Family(
         "s4d",
@@ -111,6 +127,7 @@ _FAMILIES = (
         fused=None,
         fused_unavailable="no fused S4D kernel: the FFT convolution (torch backend) is its "
         "fast path",
+        fused_dtypes=(),
     ),
     Family(
         "mamba",
@@ -124,6 +141,8 @@ _FAMILIES = (
         fused="mamba_ssm",
         fused_unavailable="prefill and train need mamba_ssm's selective_scan_cuda (a CUDA "
         "extension) on CUDA; the decode step is Triton",
+        fused_packages=("mamba_ssm", "triton"),
+        jit="mamba",
     ),
     Family(
         "mamba2",
@@ -137,6 +156,8 @@ _FAMILIES = (
         fused="mamba_ssm",
         fused_unavailable="mamba_ssm's Triton kernels need triton and CUDA (or the Triton "
         "interpreter)",
+        fused_packages=("triton", "mamba_ssm"),
+        jit="mamba2",
     ),
     Family(
         "mamba3",
@@ -150,6 +171,11 @@ _FAMILIES = (
         fused="mamba_ssm",
         fused_unavailable="mamba_ssm's Mamba-3 kernels need CUDA (PTX, TMA: no interpreter) "
         "and compute in bf16",
+        fused_packages=("triton", "mamba_ssm"),
+        fused_dtypes=("bf16",),
+        fused_dtypes_why="mamba_ssm's Mamba-3 SISO kernel computes in bf16 only (it casts x, B, "
+        "C to bf16)",
+        jit="mamba3",
     ),
     Family(
         "deltanet",
@@ -163,6 +189,8 @@ _FAMILIES = (
         fused="fla",
         fused_unavailable="fla's Triton kernels need triton and CUDA (or the Triton "
         "interpreter), head dims up to 256",
+        fused_packages=("triton", "fla"),
+        jit="deltanet",
     ),
     Family(
         "hybrid",
@@ -176,6 +204,9 @@ _FAMILIES = (
         fused=None,
         fused_unavailable="as its parts': attention's and mamba2's",
         parts=("attention", "mamba2"),
+        fused_dtypes=("fp16", "bf16"),  # its attention layers'
+        fused_dtypes_why=_FLASH_DTYPES,
+        jit="mamba2",  # its Mamba-2 layers' (FlashAttention's kernels ship compiled)
     ),
 )
 
@@ -188,6 +219,8 @@ SSM_FAMILIES = tuple(f for f in FAMILIES if f != "attention")
 # the families whose decode step is a recurrence of their own (the hybrid's are its
 # parts'): their TTFT and TPOT lines cross attention's (ssmbench.analysis.crossovers)
 RECURRENT_FAMILIES = tuple(f for f in OPERATOR_FAMILIES if f != "attention")
+# family -> the family whose fused Triton kernels its first process compiles
+JIT_FAMILIES = {f.name: f.jit for f in _FAMILIES if f.jit is not None}
 # axes a family does not have are pinned to a placeholder (docs/ARCHITECTURE.md, "The contract")
 NO_STATE = frozenset(f.name for f in _FAMILIES if not f.has_state)
 

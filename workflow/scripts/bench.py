@@ -7,8 +7,9 @@ import sys
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
-from ssmbench.cell import cap_address_space, run_cell, spec_from_params
+from ssmbench.cell import run_cell, spec_from_params
 from ssmbench.outcome import refuse_if_stopped, saving
+from ssmbench.process import cap_address_space
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import read_device, read_verify, write_record
 from ssmbench.scripting import logged

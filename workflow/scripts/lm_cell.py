@@ -7,10 +7,10 @@ from ssmbench.lm import backends
 
 backends.prepare(snakemake.params.spec["backend"])  # before anything imports transformers
 
-from ssmbench.cell import cap_address_space  # noqa: E402
 from ssmbench.lm.cell import LMCellSpec, run_lm_cell  # noqa: E402
 from ssmbench.lm.record import write_lm_record  # noqa: E402
 from ssmbench.outcome import refuse_if_stopped, saving  # noqa: E402
+from ssmbench.process import cap_address_space  # noqa: E402
 from ssmbench.provenance import from_snakemake, now  # noqa: E402
 from ssmbench.records import read_json  # noqa: E402
 from ssmbench.scripting import logged  # noqa: E402

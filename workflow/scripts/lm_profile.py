@@ -14,10 +14,10 @@ backends.prepare(snakemake.params.spec["backend"])  # before anything imports tr
 import gzip  # noqa: E402
 import os  # noqa: E402
 
-from ssmbench.cell import cap_address_space, error_status  # noqa: E402
 from ssmbench.lm.cell import LMCellSpec, gate_refusal, profile_lm_cell  # noqa: E402
 from ssmbench.lm.table import lm_ops_table  # noqa: E402
 from ssmbench.outcome import refuse_if_stopped, saving  # noqa: E402
+from ssmbench.process import cap_address_space, error_status  # noqa: E402
 from ssmbench.provenance import from_snakemake, now  # noqa: E402
 from ssmbench.records import read_json  # noqa: E402
 from ssmbench.scripting import logged  # noqa: E402

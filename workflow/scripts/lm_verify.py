@@ -13,9 +13,9 @@ from ssmbench.lm import backends
 
 backends.prepare(snakemake.params.gate["backend"])  # before anything imports transformers
 
-from ssmbench.cell import cap_address_space, error_status  # noqa: E402
 from ssmbench.lm.cell import GATE  # noqa: E402
 from ssmbench.outcome import refuse_if_stopped, saving  # noqa: E402
+from ssmbench.process import cap_address_space, error_status  # noqa: E402
 from ssmbench.provenance import from_snakemake, now  # noqa: E402
 from ssmbench.records import write_json_atomic  # noqa: E402
 from ssmbench.scripting import logged  # noqa: E402

@@ -4,9 +4,10 @@ output it could not save measures nothing more (ssmbench.outcome)."""
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
-from ssmbench.cell import cap_address_space, spec_from_params
+from ssmbench.cell import spec_from_params
 from ssmbench.outcome import refuse_if_stopped, saving
 from ssmbench.paired import run_paired, write_paired
+from ssmbench.process import cap_address_space
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import read_verify
 from ssmbench.scripting import logged

@@ -5,9 +5,10 @@ import json
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
-from ssmbench.cell import CellSpec, _set_threads
+from ssmbench.cell import CellSpec
 from ssmbench.matrix import Cell, Size, Timing
 from ssmbench.prewarm import prewarm
+from ssmbench.process import set_threads
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import write_json_atomic
 from ssmbench.scripting import logged
@@ -17,7 +18,7 @@ with logged(snakemake):
     p = snakemake.params
     with open(snakemake.input.verify) as f:
         verify = json.load(f)
-    _set_threads(snakemake.threads)
+    set_threads(snakemake.threads)
     size, timing = Size(**p.size), Timing(**p.timing)
 
     def spec_of(cell):

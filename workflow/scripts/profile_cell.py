@@ -8,8 +8,9 @@ the job exits 0.  A run stopped by an output it could not save profiles nothing 
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
-from ssmbench.cell import cap_address_space, profile_or_status, spec_from_params
+from ssmbench.cell import profile_or_status, spec_from_params
 from ssmbench.outcome import refuse_if_stopped, saving
+from ssmbench.process import cap_address_space
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import read_verify
 from ssmbench.scripting import logged

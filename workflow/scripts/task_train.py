@@ -17,7 +17,7 @@ with logged(snakemake):
     job = p.job
     cell = TaskCell(job["task"], job["family"], job["seed"])
     if p.cpu_mem_limit_gb and job["device"] == "cpu":
-        from ssmbench.cell import cap_address_space
+        from ssmbench.process import cap_address_space
 
         cap_address_space(p.cpu_mem_limit_gb)  # over it, the run is oom
     record = run_task(

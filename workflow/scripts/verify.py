@@ -2,7 +2,6 @@
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
-from ssmbench.cell import run_verify
 from ssmbench.outcome import refuse_if_stopped, saving
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import validate_verify, write_json_atomic
@@ -13,6 +12,8 @@ with logged(snakemake):
     p = snakemake.params
     run = snakemake.wildcards.run
     refuse_if_stopped(run, snakemake.output.record)
+    from ssmbench.verify.run import run_verify  # imports torch: after the refusal, logged
+
     record = run_verify(
         snakemake.wildcards.model, snakemake.wildcards.backend, p.device, p.dtypes, seed=p.seed
     )

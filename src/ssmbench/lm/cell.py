@@ -62,12 +62,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from ssmbench.cell import device_name, device_unavailable, error_status
 from ssmbench.lm import backends
 from ssmbench.lm.build import DTYPES, build
 from ssmbench.lm.record import LMRecord
 from ssmbench.lm.zoo import PRESETS, entry
 from ssmbench.matrix import Timing
+from ssmbench.process import device_name, device_unavailable, error_status
 from ssmbench.provenance import git_state, now
 
 PHASES = ("prefill", "decode")

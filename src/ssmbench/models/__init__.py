@@ -1,11 +1,16 @@
 """Sequence models, one file per family, and :func:`build_model`.
 
 Every family module ``ssmbench.models.<family>`` provides its operator's backends (plain
-PyTorch functions in a dict by backend name), a one-token step, a block mixer with
+PyTorch functions in a dict by backend name, the ``fused`` wrappers of the ecosystem's
+kernels among them), a one-token step, a block mixer with
 ``forward(x, backend) -> (y, cache)`` and ``step(x_t, cache, backend) -> (y_t, cache)``,
-and ``build_mixer(size, d_state, layer) -> nn.Module``;
+``build_mixer(size, d_state, layer) -> nn.Module``, and ``fused_unavailable(device,
+phase=None)``, why its fused backend cannot run there (where its kernels limit shapes,
+also ``fused_block_reason`` and ``FUSED_SHAPE_REASONS``, see :mod:`ssmbench.models.kernels`);
 :class:`~ssmbench.models.common.ResidualStack` stacks mixers into a model.
-This subpackage imports torch.
+Beside them: ``common`` (what the families share), ``kernels`` (what their fused wrappers
+share: finding and loading the kernel packages) and ``graphs`` (a decode step captured in a
+CUDA graph and replayed: the graph backends).  This subpackage imports torch.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from ssmbench.registry import GRAPH_BACKENDS
 FAMILIES = registry.FAMILIES  # each a module ssmbench.models.<family>
 # Eager backends every family implements; "compile" is torch.compile of "torch" (made by
 # models.common.pick_backend), kept apart because compiling costs seconds per shape;
-# "fused" runs the ecosystem's tuned kernels (models.fused) where a family has them;
+# "fused" runs the ecosystem's tuned kernels (in each family's module) where it has them;
 # "torch-mixed" is "torch" with its matmuls in bf16 where a family's chunked form has such
 # matmuls (Mamba-2, Mamba-3, DeltaNet and the hybrid; the others raise BackendUnavailable).
 BACKENDS = registry.UNIVERSAL_BACKENDS  # naive, torch

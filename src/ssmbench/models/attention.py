@@ -7,6 +7,13 @@ Two backends of the same operator, side by side:
 - ``attention_torch``: ``torch.nn.functional.scaled_dot_product_attention``, which picks
   a fused (flash or memory-efficient) kernel where one exists.
 
+and the ``fused`` backend, FlashAttention-2: ``attention_fused`` (``flash_attn_func``,
+else SDPA restricted to its flash kernel) and ``attention_step_fused``
+(``flash_attn_with_kvcache`` on the preallocated cache, else the torch step), CUDA and
+fp16 / bf16 only; :func:`attention_shape_reason` and :func:`fused_unavailable` say where
+they cannot run (:mod:`ssmbench.models.kernels` holds what every family's fused wrappers
+share).
+
 Layout ``(b, t, h, d)`` in and out; heads-first ``(b, h, t, d)`` only inside a function,
 because that is what matmul and SDPA batch over.  Scale ``1 / sqrt(d)`` in both.
 
@@ -24,7 +31,7 @@ Decode keeps a KV cache, in one of two forms:
 
 from __future__ import annotations
 
-import functools
+import importlib.metadata
 import math
 from typing import NamedTuple
 
@@ -33,8 +40,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.matrix import Size
-from ssmbench.models import fused
-from ssmbench.models.common import RandomDraws, not_offered, pick_backend
+from ssmbench.models import kernels
+from ssmbench.models.common import BackendUnavailable, RandomDraws, not_offered, pick_backend
+from ssmbench.registry import FAMILY
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # (k_cache, v_cache), each (b, t, h, d)
 # backends whose decode step concatenates a new cache each token (the seeds' loop)
@@ -122,6 +130,114 @@ def attention_torch(
     return y.transpose(1, 2)  # (b t h d)
 
 
+# --- the fused backend: FlashAttention-2 ------------------------------------------------
+
+FLASH_NEEDS_CUDA = "FlashAttention-2 needs a CUDA device"
+FLASH_DTYPES = FAMILY["attention"].fused_dtypes_why  # fp16 and bf16 only
+
+
+def attention_impl() -> str:
+    """Which kernel :func:`attention_fused` runs here: ``"flash_attn <version>"`` where
+    the flash-attn package imports, else ``"sdpa-flash"`` (PyTorch's SDPA restricted to its
+    FlashAttention-2 backend)."""
+    if kernels.installed("flash_attn"):
+        return f"flash_attn {importlib.metadata.version('flash-attn')}"
+    return "sdpa-flash"
+
+
+FLASH_MAX_HEAD_DIM = 256  # FlashAttention-2 (and SDPA's flash backend) take d <= 256
+
+
+def attention_shape_reason(d: int) -> str:
+    """Why FlashAttention-2 cannot take head dim ``d`` ("" when it can): d <= 256 (both
+    flash_attn and SDPA pad d to a multiple of 8 themselves)."""
+    if d > FLASH_MAX_HEAD_DIM:
+        return f"FlashAttention-2 takes head dims up to {FLASH_MAX_HEAD_DIM}, d={d}"
+    return ""
+
+
+def _flash_check(q: torch.Tensor, *others: torch.Tensor) -> None:
+    """BackendUnavailable unless FlashAttention-2 can take these: CUDA tensors, fp16 or
+    bf16, a head dim it supports."""
+    if not all(x.is_cuda for x in (q, *others)):
+        raise BackendUnavailable(FLASH_NEEDS_CUDA)
+    if q.dtype not in kernels.HALF_DTYPES:
+        raise BackendUnavailable(f"{FLASH_DTYPES}, not {q.dtype}")
+    reason = attention_shape_reason(q.shape[-1])
+    if reason:
+        raise BackendUnavailable(reason)
+
+
+def attention_fused(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True
+) -> torch.Tensor:
+    """Softmax attention, scale ``1 / sqrt(d)``, by FlashAttention-2:
+    q, k, v ``(b, t, h, d)`` -> ``(b, t, h, d)``.
+
+    ``flash_attn.flash_attn_func`` takes our layout as is; PyTorch's SDPA takes
+    ``(b, h, t, d)`` and is restricted to its flash backend (a RuntimeError there, e.g. an
+    unsupported head dim or GPU, becomes BackendUnavailable).  Both take fp16 and bf16 only.
+    With equal lengths of q and k (prefill) both causal masks are the same.
+    """
+    _flash_check(q, k, v)
+    if kernels.installed("flash_attn"):
+        flash_attn = kernels.kernel_module("flash_attn", "flash_attn")
+        return flash_attn.flash_attn_func(q, k, v, causal=causal)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q_, k_, v_ = (x.transpose(1, 2) for x in (q, k, v))  # (b h t d)
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            y = F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal)  # (b h t d)
+    except RuntimeError as e:
+        message = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise BackendUnavailable(f"SDPA's flash backend cannot run: {message}") from e
+    return y.transpose(1, 2)  # (b t h d)
+
+
+def attention_step_fused(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVBuffer
+) -> torch.Tensor:
+    """One decode query against a preallocated KV cache (a :class:`KVBuffer`), writing the
+    token in place: q, k, v ``(b, h, d)`` -> y ``(b, h, d)``.
+
+    ``flash_attn.flash_attn_with_kvcache`` writes k and v at ``cache_seqlens`` and attends
+    to the valid tokens only (the position as an int32 per sequence).  Without flash-attn,
+    :func:`attention_step_torch` runs (the same write, then SDPA over the buffer with the
+    later slots masked; SDPA's flash kernel takes no mask, so PyTorch picks its
+    memory-efficient one).  CUDA, fp16 and bf16 only, as :func:`attention_fused`.
+    """
+    _flash_check(q, k, v, cache.k)
+    if not kernels.installed("flash_attn"):
+        return attention_step_torch(q, k, v, cache)
+    flash_attn = kernels.kernel_module("flash_attn", "flash_attn")
+    seqlens = cache.position.to(torch.int32).expand(q.shape[0]).contiguous()  # (b,)
+    tokens = [x.unsqueeze(1) for x in (q, k, v)]  # (b 1 h d)
+    y = flash_attn.flash_attn_with_kvcache(
+        tokens[0], cache.k, cache.v, k=tokens[1], v=tokens[2], cache_seqlens=seqlens
+    )  # (b 1 h d)
+    return y.squeeze(1)
+
+
+def fused_block_reason(head_dim: int, d_state: int) -> str:
+    """Why an attention block of ``head_dim`` cannot run FlashAttention-2 ("" when it
+    can): d = head_dim (attention has no state)."""
+    return attention_shape_reason(head_dim)
+
+
+# op of a verify shape -> why the kernel cannot take its dims (ssmbench.models.kernels)
+FUSED_SHAPE_REASONS = {
+    "attention": lambda d, **_: attention_shape_reason(d),
+    "attention_step": lambda d, **_: attention_shape_reason(d),
+}
+
+
+def fused_unavailable(device: str | torch.device, phase: str | None = None) -> str:
+    """Why FlashAttention-2 cannot run on ``device`` ("" when it can; every phase alike):
+    a CUDA device; no package is needed (without flash-attn, SDPA's flash kernel)."""
+    return "" if kernels.device_type(device) == "cuda" else FLASH_NEEDS_CUDA
+
+
 # torch-mixed is not offered: attention's torch backend is mixed precision already
 NO_MIXED_FORM = not_offered(
     "torch-mixed",
@@ -132,7 +248,7 @@ ATTENTION_BACKENDS = {
     "naive": attention_naive,
     "torch": attention_torch,
     "torch-mixed": NO_MIXED_FORM,
-    "fused": fused.attention_fused,  # FlashAttention-2 (flash_attn, else SDPA's flash kernel)
+    "fused": attention_fused,  # FlashAttention-2 (flash_attn, else SDPA's flash kernel)
 }
 
 
@@ -200,7 +316,7 @@ ATTENTION_STEP_BACKENDS = {
     "torch": attention_step_torch,
     "torch-mixed": NO_MIXED_FORM,
     # flash_attn_with_kvcache, else the torch step (SDPA) on CUDA in half precision
-    "fused": functools.partial(fused.attention_step_fused, without_flash=attention_step_torch),
+    "fused": attention_step_fused,
 }
 
 

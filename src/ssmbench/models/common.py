@@ -174,7 +174,10 @@ def pick_backend(table: dict[str, Callable], backend: str, op: str) -> Callable:
     if backend == "compile" and "torch" in table:
         fn = compiled(table["torch"])
     elif backend == "fused" and "fused" not in table:
-        raise BackendUnavailable(f"no fused kernel for {op} in ssmbench.models.fused")
+        raise BackendUnavailable(
+            f"no fused kernel for {op}: none of the libraries this benchmark loads "
+            "(mamba_ssm, fla, FlashAttention) has one"
+        )
     elif backend not in table:
         known = sorted(table) + (["compile"] if "torch" in table else [])
         raise ValueError(f"unknown backend {backend!r} for {op}; known: {known}")

@@ -63,9 +63,15 @@ of q and the state in the compute dtype.  ``delta_rule_mixed`` (the ``torch-mixe
 backend) is ``delta_rule_torch`` with its matmuls in bf16 (fp32 accumulation; decays,
 the triangular solve and the state in fp32); its decode step is ``delta_rule_step``.
 
+The ``fused`` backend wraps flash-linear-attention's Triton kernels behind the same
+signatures (``delta_rule_fused``: ``chunk_gated_delta_rule`` / ``chunk_delta_rule``;
+``delta_rule_step_fused``: ``fused_recurrent_(gated_)delta_rule``);
+:func:`delta_rule_shape_reason` and :func:`fused_unavailable` say where they cannot run
+(:mod:`ssmbench.models.kernels` holds what every family's fused wrappers share).
+
 What this file leaves out: per-channel (vector) decays (GLA / KDA), the output gate of
-flash-linear-attention's GatedDeltaNet layer, the value expansion (d_v = 2 d_k) of some
-Gated DeltaNet configurations, and any fused kernel (the ``fused`` backend's job).
+flash-linear-attention's GatedDeltaNet layer, and the value expansion (d_v = 2 d_k) of
+some Gated DeltaNet configurations.
 """
 
 from __future__ import annotations
@@ -75,10 +81,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.matrix import Size
-from ssmbench.models import fused
+from ssmbench.models import kernels
 from ssmbench.models.common import (
     A_INIT_RANGE,
     LOG_DECAY_FLOOR,
+    BackendUnavailable,
     CausalConv1d,
     RandomDraws,
     RMSNorm,
@@ -87,6 +94,7 @@ from ssmbench.models.common import (
     pick_backend,
     widen,
 )
+from ssmbench.registry import FAMILY
 
 # (q_conv_state, k_conv_state, v_conv_state) each (b, h*k or h*v, d_conv), then S (b, h, k, v)
 DeltaNetCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -431,18 +439,135 @@ def delta_rule_step(
     return o.to(out_dtype), state
 
 
+# --- the fused backend: flash-linear-attention's Triton kernels ---------------------------
+
+
+def delta_rule_impl(dtype: torch.dtype, gated: bool) -> str:
+    """The fla kernel :func:`delta_rule_fused` runs for inputs of ``dtype``."""
+    if gated or dtype not in kernels.HALF_DTYPES:
+        return "fla.chunk_gated_delta_rule"
+    return "fla.chunk_delta_rule"
+
+
+FLA_MAX_HEAD_DIM = 256  # fla/ops/common/chunk_delta_h.py asserts K <= 256
+
+
+def delta_rule_shape_reason(k: int, v: int) -> str:
+    """Why fla's chunked delta-rule kernels cannot take key width ``k`` ("" when they
+    can): their state kernel asserts ``K <= 256``; ``v`` is blocked and has no limit."""
+    if k > FLA_MAX_HEAD_DIM:
+        return f"fla's chunked delta-rule kernels take key widths up to {FLA_MAX_HEAD_DIM}, k={k}"
+    return ""
+
+
+def delta_rule_fused(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Gated) DeltaNet by fla's chunked Triton kernels.
+
+    Args:
+        as :func:`ssmbench.ops.delta_rule`: q, k ``(b, t, h, k)`` (already L2-normalized);
+            v ``(b, t, h, v)``; beta ``(b, t, h)``; g ``(b, t, h)`` log-decay or None;
+            initial_state ``(b, h, k, v)``; chunk_size: fla's chunk (16, 32 or 64; any
+            other value runs 64, which gives the same result).
+
+    Returns:
+        o ``(b, t, h, v)`` in the dtype of q and the final state ``(b, h, k, v)`` float32.
+
+    fla's layouts are ours (its default state layout is ``[N, H, K, V]``).  It scales q
+    by ``K ** -0.5`` unless told otherwise: ``scale=1.0`` here, since our operator does not
+    scale.  g is passed in float32 (fla's own layers compute it so).  Without g, half
+    precision runs ``chunk_delta_rule``; float32, which that kernel refuses, runs the gated
+    kernel with g = 0, the same recurrence (:func:`delta_rule_impl` names the kernel).
+    """
+    kernels.check_tensors(q, k, v, beta, g, initial_state)
+    reason = delta_rule_shape_reason(k.shape[-1], v.shape[-1])
+    if reason:
+        raise BackendUnavailable(reason)
+    h0 = None if initial_state is None else initial_state.float().contiguous()
+    chunk = chunk_size if chunk_size in (16, 32, 64) else 64
+    common = dict(scale=1.0, initial_state=h0, output_final_state=True, chunk_size=chunk)
+    if delta_rule_impl(q.dtype, g is not None) == "fla.chunk_delta_rule":
+        kernel = kernels.kernel_module("fla.ops.delta_rule", "fla").chunk_delta_rule
+        o, final_state = kernel(q, k, v, beta, **common)
+    else:
+        kernel = kernels.kernel_module("fla.ops.gated_delta_rule", "fla").chunk_gated_delta_rule
+        log_decay = q.new_zeros(beta.shape, dtype=torch.float32) if g is None else g.float()
+        o, final_state = kernel(q, k, v, log_decay, beta, **common)
+    return o, final_state.float()
+
+
+def delta_rule_step_fused(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of the (gated) delta rule by fla's fused recurrent Triton kernels.
+
+    Args:
+        as :func:`ssmbench.ops.delta_rule_step`: q, k ``(b, h, k)``; v ``(b, h, v)``;
+            beta, g ``(b, h)``; state ``(b, h, k, v)`` or None (zeros).
+
+    Returns:
+        o ``(b, h, v)`` in the dtype of q and the new state ``(b, h, k, v)`` float32.
+
+    The token gets a length-1 time axis (fla's ``(b, t, h, .)`` layout); scale=1.0 as in
+    :func:`delta_rule_fused`.  fla writes the new state to a fresh tensor.
+    """
+    kernels.check_tensors(q, k, v, beta, g, state)
+    h0 = None if state is None else state.float().contiguous()
+    tokens = [x[:, None] for x in (q, k, v, beta)]  # (b 1 h .)
+    common = dict(scale=1.0, initial_state=h0, output_final_state=True)
+    if g is None:
+        kernel = kernels.kernel_module("fla.ops.delta_rule", "fla").fused_recurrent_delta_rule
+        o, new_state = kernel(*tokens[:3], beta=tokens[3], **common)
+    else:
+        kernel = kernels.kernel_module(
+            "fla.ops.gated_delta_rule", "fla"
+        ).fused_recurrent_gated_delta_rule
+        o, new_state = kernel(*tokens[:3], g=g[:, None].float(), beta=tokens[3], **common)
+    return o[:, 0], new_state.float()  # (b h v), (b h k v)
+
+
+def fused_block_reason(head_dim: int, d_state: int) -> str:
+    """Why a DeltaNet block of ``head_dim`` cannot run the fused kernels ("" when it can):
+    k = v = head_dim (its state size is fixed by them, ``d_state`` is not used)."""
+    return delta_rule_shape_reason(head_dim, head_dim)
+
+
+# op of a verify shape -> why the kernel cannot take its dims (ssmbench.models.kernels)
+FUSED_SHAPE_REASONS = {"delta_rule": lambda k, v, **_: delta_rule_shape_reason(k, v)}
+
+
+def fused_unavailable(device: str | torch.device, phase: str | None = None) -> str:
+    """Why the fused backend cannot run on ``device`` ("" when it can; every phase alike):
+    Triton, so CUDA or the interpreter, and its packages."""
+    return kernels.triton_reason(device) or kernels.package_reason(
+        *FAMILY["deltanet"].fused_packages
+    )
+
+
 DELTA_RULE_BACKENDS = {
     "naive": delta_rule_naive,
     "torch": delta_rule_torch,
     "torch-mixed": delta_rule_mixed,
-    "fused": fused.delta_rule_fused,  # flash-linear-attention's chunk (gated) delta rule
+    "fused": delta_rule_fused,  # flash-linear-attention's chunk (gated) delta rule
 }
 # one token: no matmul worth running in half precision, torch-mixed takes torch's step
 DELTA_RULE_STEP_BACKENDS = {
     "naive": delta_rule_step,
     "torch": delta_rule_step,
     "torch-mixed": delta_rule_step,
-    "fused": fused.delta_rule_step_fused,  # fla's fused recurrent kernel, one token
+    "fused": delta_rule_step_fused,  # fla's fused recurrent kernel, one token
 }
 
 

@@ -12,6 +12,8 @@ The hybrid has no operator of its own: its backends are those of its parts, and
 runs the Mamba-2 layers' mixed form and the attention layers' ``torch`` backend, whose
 SDPA runs in the cell's dtype already (attention alone does not offer torch-mixed: it
 would be its torch backend), so that every layer of a bf16 hybrid computes in bf16.
+Its ``fused`` backend runs its parts' kernels, and is unavailable where either part's is
+(:func:`fused_unavailable`).
 Left out: Jamba's MoE MLPs (the benchmark's blocks have no MLP) and its sizes.
 """
 
@@ -47,6 +49,18 @@ class HybridAttentionMixer(attention.AttentionMixer):
 
     def decode_cache(self, cache, capacity: int, backend: str):
         return super().decode_cache(cache, capacity, attention_backend(backend))
+
+
+def fused_unavailable(device: str | torch.device, phase: str | None = None) -> str:
+    """Why the fused backend cannot run ``phase`` on ``device`` ("" when it can): its
+    attention layers' reason, else its Mamba-2 layers'."""
+    return attention.fused_unavailable(device, phase) or mamba2.fused_unavailable(device, phase)
+
+
+def fused_block_reason(head_dim: int, d_state: int) -> str:
+    """Why a hybrid block of ``head_dim`` cannot run the fused kernels ("" when it can):
+    its attention layers' (Mamba-2's kernels take any size)."""
+    return attention.fused_block_reason(head_dim, d_state)
 
 
 def build_mixer(size: Size, d_state: int, layer: int) -> nn.Module:

@@ -33,14 +33,20 @@ Three forms that must agree (tests pin them to the NumPy reference):
 All three compute in float32 at least (half inputs are widened), return y in the dtype
 of u and the state in the compute dtype, as mamba_ssm's ``selective_scan_ref`` does.
 
-What this file leaves out: the complex-valued A of the S4D-lin variant, the
-variable-length (packed) batches of mamba_ssm, and any fused kernel (that is the
-``fused`` backend's job).
+The ``fused`` backend wraps mamba_ssm's kernels behind the same signatures:
+``selective_scan_fused`` (its CUDA ``selective_scan_fn``, the initial state added by
+superposition) and ``selective_scan_step_fused`` (its Triton ``selective_state_update``);
+:func:`fused_unavailable` says where they cannot run, and :mod:`ssmbench.models.kernels`
+holds what every family's fused wrappers share.
+
+What this file leaves out: the complex-valued A of the S4D-lin variant and the
+variable-length (packed) batches of mamba_ssm.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -48,9 +54,10 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ssmbench.matrix import Size
-from ssmbench.models import fused
+from ssmbench.models import kernels
 from ssmbench.models.common import (
     LOG_DECAY_FLOOR,
+    BackendUnavailable,
     CausalConv1d,
     RandomDraws,
     dt_bias_init,
@@ -58,6 +65,7 @@ from ssmbench.models.common import (
     pick_backend,
     widen,
 )
+from ssmbench.registry import FAMILY
 
 MambaCache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, d, d_conv), ssm_state (b, d, n))
 
@@ -678,6 +686,168 @@ def selective_scan_step(
     return _output_gate(y, u, D, z).to(out_dtype), state
 
 
+# --- the fused backend: mamba_ssm's kernels ----------------------------------------------
+
+SELECTIVE_SCAN_CUDA_MISSING = (
+    "selective_scan_cuda not built: mamba_ssm's Mamba-1 prefill kernel is a CUDA extension, "
+    "built by `make fused` where nvcc is found (MAMBA_SKIP_CUDA_BUILD=FALSE)"
+)
+SELECTIVE_SCAN_NEEDS_CUDA = "mamba_ssm's selective_scan_fn (a CUDA extension) needs a CUDA device"
+
+
+def selective_scan_fused(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    delta_bias: torch.Tensor | None = None,
+    delta_softplus: bool = False,
+    initial_state: torch.Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mamba-1 selective scan by mamba_ssm's CUDA kernel ``selective_scan_fn``.
+
+    Args:
+        as :func:`ssmbench.ops.selective_scan`: u, delta, z ``(b, t, d)``; A ``(d, n)``;
+            B, C ``(b, t, n)``; D, delta_bias ``(d,)``; initial_state ``(b, d, n)`` or None.
+            chunk_size: ignored (the kernel's own blocking).
+
+    Returns:
+        y ``(b, t, d)`` in the dtype of u and the final state ``(b, d, n)`` float32.
+
+    The kernel has no Triton form, so neither the Triton interpreter nor a build without
+    nvcc can run it.
+    """
+    if not kernels.installed("mamba_ssm"):
+        raise BackendUnavailable(kernels.missing("mamba_ssm"))
+    if not kernels.installed("selective_scan_cuda"):
+        raise BackendUnavailable(SELECTIVE_SCAN_CUDA_MISSING)
+    if not all(x.is_cuda for x in (u, delta, A, B, C)):
+        raise BackendUnavailable(SELECTIVE_SCAN_NEEDS_CUDA)
+    kernels.check_tensors(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    kernel = kernels.mamba_ssm_module("ops.selective_scan_interface").selective_scan_fn
+    return selective_scan_via(
+        kernel, u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state
+    )
+
+
+def selective_scan_via(
+    kernel: Callable,
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    delta_softplus: bool,
+    initial_state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Our selective scan through ``kernel``, a function with mamba_ssm's
+    ``selective_scan_fn`` contract (``selective_scan_fn`` itself, or its
+    ``selective_scan_ref``, which the tests use on CPU).
+
+    Layouts: the kernel takes u, delta, z ``(b, d, t)`` and B, C ``(b, n, t)`` (time
+    last), A, D and delta_bias in float32, and returns the final state ``(b, d, n)``.
+    It has no initial-state input; the scan is linear in its state, so a given state h0
+    enters by superposition: y_t += C_t . (exp(sum_{s<=t} delta_s A) * h0) and the final
+    state gains exp(sum_s delta_s A) * h0, computed here in float32 with a ``(b, t, d, n)``
+    intermediate (prefill cells start from zero and never take this path), and the output
+    gate silu(z) is applied after the sum.
+    """
+    dtype = u.dtype
+    u_, delta_, B_, C_ = (x.transpose(1, 2).to(dtype) for x in (u, delta, B, C))  # (b . t)
+    A32, D32, bias32 = (None if x is None else x.float() for x in (A, D, delta_bias))
+    z_ = None if z is None or initial_state is not None else z.transpose(1, 2).to(dtype)
+    y, last_state = kernel(
+        u_,
+        delta_,
+        A32,
+        B_,
+        C_,
+        D=D32,
+        z=z_,
+        delta_bias=bias32,
+        delta_softplus=delta_softplus,
+        return_last_state=True,
+    )  # (b d t), (b d n)
+    y = y.transpose(1, 2)  # (b t d)
+    if initial_state is None:
+        return y, last_state.float()
+    step = delta.float() + (0 if bias32 is None else bias32)  # (b t d)
+    if delta_softplus:
+        step = F.softplus(step)
+    decay = torch.exp(torch.cumsum(torch.einsum("btd,dn->btdn", step, A32), dim=1))  # (b t d n)
+    h0 = initial_state.float()  # (b d n)
+    y = y.float() + torch.einsum("btdn,bdn,btn->btd", decay, h0, C.float())  # (b t d)
+    if z is not None:
+        y = y * F.silu(z.float())
+    return y.to(dtype), last_state.float() + decay[:, -1] * h0
+
+
+def selective_scan_step_fused(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    delta_bias: torch.Tensor | None = None,
+    delta_softplus: bool = False,
+    state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of the selective scan by mamba_ssm's Triton ``selective_state_update``.
+
+    Args:
+        as :func:`ssmbench.ops.selective_scan_step`: u, delta, z ``(b, d)``; A ``(d, n)``;
+            B, C ``(b, n)``; D, delta_bias ``(d,)``; state ``(b, d, n)`` or None (zeros).
+
+    Returns:
+        y ``(b, d)`` in the dtype of u and the new state ``(b, d, n)`` float32.
+
+    The kernel's layout is ours (its per-channel form); it updates the state in place, so
+    the state is copied first (float32, as the ``torch`` step returns it).
+    """
+    kernels.check_tensors(u, delta, A, B, C, D, z, delta_bias, state)
+    kernel = kernels.mamba_ssm_module("ops.triton.selective_state_update").selective_state_update
+    b, d = u.shape
+    new_state = kernels.state_copy(state, (b, d, A.shape[-1]), u.device)  # (b d n)
+    y = kernel(
+        new_state,
+        u,
+        delta,
+        A,
+        B,
+        C,
+        D=D,
+        z=z,
+        dt_bias=delta_bias,
+        dt_softplus=delta_softplus,
+    )
+    return y, new_state
+
+
+def fused_unavailable(device: str | torch.device, phase: str | None = None) -> str:
+    """Why the fused backend cannot run ``phase`` on ``device`` ("" when it can): the
+    prefill kernel (and so train) is CUDA C++, the decode step Triton; phase None asks for
+    every phase."""
+    packages = FAMILY["mamba"].fused_packages  # mamba_ssm, then triton
+    if not kernels.installed("mamba_ssm"):
+        return kernels.missing("mamba_ssm")
+    if phase == "decode":
+        return kernels.triton_reason(device) or kernels.package_reason(*packages)
+    if not kernels.installed("selective_scan_cuda"):
+        return SELECTIVE_SCAN_CUDA_MISSING
+    if kernels.device_type(device) != "cuda":
+        return SELECTIVE_SCAN_NEEDS_CUDA
+    return kernels.package_reason(*packages)
+
+
 # torch-mixed is not offered: the torch form's matmuls are the blocks' prefix sums of
 # log-decays and their exps' products, which half precision cannot hold (mamba_ssm's
 # selective_scan_cuda scans in fp32 too)
@@ -690,13 +860,13 @@ SCAN_BACKENDS = {
     "naive": selective_scan_naive,
     "torch": selective_scan_torch,
     "torch-mixed": NO_MIXED_FORM,
-    "fused": fused.selective_scan_fused,  # mamba_ssm's CUDA selective_scan_fn
+    "fused": selective_scan_fused,  # mamba_ssm's CUDA selective_scan_fn
 }
 SCAN_STEP_BACKENDS = {
     "naive": selective_scan_step,
     "torch": selective_scan_step,
     "torch-mixed": NO_MIXED_FORM,
-    "fused": fused.selective_scan_step_fused,  # mamba_ssm's Triton selective_state_update
+    "fused": selective_scan_step_fused,  # mamba_ssm's Triton selective_state_update
 }
 
 

@@ -40,10 +40,14 @@ of x and the state in the compute dtype, as ``models/mamba.py`` does.  ``ssd_mix
 accumulation, decays and state), as mamba_ssm's kernels run them; its decode step is
 ``ssd_step``.
 
-What this file leaves out: mamba_ssm's fused Triton kernels (the ``fused`` backend's
-job), variable-length packed batches (``seq_idx``), the ``dt_limit`` clamp, and the
-sequential state passing between chunks that the kernels use for very long sequences
-(here the inter-chunk recurrence is the listing's quadratic-in-chunks matmul).
+The ``fused`` backend wraps mamba_ssm's Triton kernels behind the same signatures:
+``ssd_fused`` (``mamba_chunk_scan_combined``) and ``ssd_step_fused`` (the per-head form of
+``selective_state_update``); :func:`fused_unavailable` says where they cannot run
+(:mod:`ssmbench.models.kernels` holds what every family's fused wrappers share).
+
+What this file leaves out: variable-length packed batches (``seq_idx``), the ``dt_limit``
+clamp, and the sequential state passing between chunks that the kernels use for very long
+sequences (here the inter-chunk recurrence is the listing's quadratic-in-chunks matmul).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmbench.matrix import Size
-from ssmbench.models import fused
+from ssmbench.models import kernels
 from ssmbench.models.common import (
     A_INIT_RANGE,
     LOG_DECAY_FLOOR,
@@ -66,6 +70,7 @@ from ssmbench.models.common import (
     pick_backend,
     widen,
 )
+from ssmbench.registry import FAMILY
 
 Mamba2Cache = tuple[torch.Tensor, torch.Tensor]  # (conv_state (b, conv_dim, d_conv),
 #                                                   ssm_state (b, h, p, n))
@@ -467,11 +472,104 @@ def ssd_step(
     return y.to(out_dtype), state
 
 
+# --- the fused backend: mamba_ssm's Triton kernels --------------------------------------
+
+
+def ssd_fused(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mamba-2 SSD by mamba_ssm's Triton ``mamba_chunk_scan_combined``.
+
+    Args:
+        as :func:`ssmbench.ops.ssd`: x ``(b, t, h, p)``; dt ``(b, t, h)`` already positive;
+            A ``(h,)``; B, C ``(b, t, g, n)``; D ``(h,)``; initial_state ``(b, h, p, n)``;
+            chunk_size: the kernel's chunk length.
+
+    Returns:
+        y ``(b, t, h, p)`` in the dtype of x and the final state ``(b, h, p, n)`` float32.
+
+    The kernel's layouts are ours.  dt goes in as given: no ``dt_bias``, no softplus
+    (``dt_softplus=False``), no clamp (the default ``dt_limit`` of (0, inf) is not applied).
+    """
+    kernels.check_tensors(x, dt, A, B, C, D, initial_state)
+    kernel = kernels.mamba_ssm_module("ops.triton.ssd_combined").mamba_chunk_scan_combined
+    h0 = None if initial_state is None else initial_state.float().contiguous()
+    y, final_state = kernel(
+        x,
+        dt,
+        A.float(),
+        B,
+        C,
+        chunk_size,
+        D=D,
+        initial_states=h0,
+        dt_softplus=False,
+        return_final_states=True,
+    )
+    return y, final_state.float()
+
+
+def ssd_step_fused(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of SSD by mamba_ssm's Triton ``selective_state_update`` (per-head form).
+
+    Args:
+        as :func:`ssmbench.ops.ssd_step`: x ``(b, h, p)``; dt ``(b, h)``; A ``(h,)``;
+            B, C ``(b, g, n)``; D ``(h,)``; state ``(b, h, p, n)`` or None (zeros).
+
+    Returns:
+        y ``(b, h, p)`` in the dtype of x and the new state ``(b, h, p, n)`` float32.
+
+    The kernel takes dt ``(b, h, p)``, A ``(h, p, n)``, D and dt_bias ``(h, p)``: they are
+    broadcast as stride-0 views, which is also what selects its tied-head-dim path (one dt
+    and one exp(dt A) per head, as mamba_ssm's Mamba2 decode does).  That path reads
+    dt_bias, so a zero one is passed.  The state is copied first (the kernel updates it in
+    place).
+    """
+    kernels.check_tensors(x, dt, A, B, C, D, state)
+    kernel = kernels.mamba_ssm_module("ops.triton.selective_state_update").selective_state_update
+    b, h, p = x.shape
+    n = B.shape[-1]
+    new_state = kernels.state_copy(state, (b, h, p, n), x.device)  # (b h p n)
+    y = kernel(
+        new_state,
+        x,
+        dt[..., None].expand(b, h, p),  # (b h p), stride 0 over p
+        A.float()[:, None, None].expand(h, p, n),  # (h p n), stride 0 over p n
+        B,
+        C,
+        D=None if D is None else D[:, None].expand(h, p),  # (h p)
+        dt_bias=dt.new_zeros(()).expand(h, p),  # (h p), zeros
+        dt_softplus=False,
+    )
+    return y, new_state
+
+
+def fused_unavailable(device: str | torch.device, phase: str | None = None) -> str:
+    """Why the fused backend cannot run on ``device`` ("" when it can; every phase alike):
+    Triton, so CUDA or the interpreter, and its packages."""
+    return kernels.triton_reason(device) or kernels.package_reason(*FAMILY["mamba2"].fused_packages)
+
+
 SSD_BACKENDS = {
     "naive": ssd_naive,
     "torch": ssd_chunked,
     "torch-mixed": ssd_mixed,
-    "fused": fused.ssd_fused,  # mamba_ssm's Triton mamba_chunk_scan_combined
+    "fused": ssd_fused,  # mamba_ssm's Triton mamba_chunk_scan_combined
 }
 # One token has no loop over time to vectorise, and no matmul worth running in half
 # precision: naive, torch and torch-mixed share ssd_step (widened to float32)
@@ -479,7 +577,7 @@ SSD_STEP_BACKENDS = {
     "naive": ssd_step,
     "torch": ssd_step,
     "torch-mixed": ssd_step,
-    "fused": fused.ssd_step_fused,  # mamba_ssm's Triton selective_state_update
+    "fused": ssd_step_fused,  # mamba_ssm's Triton selective_state_update
 }
 
 

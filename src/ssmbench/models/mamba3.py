@@ -53,7 +53,13 @@ What this file leaves out: MIMO (rank > 1) Mamba-3; more than one B/C group in t
 (mamba_ssm's ``ngroups``, 1 by default; the operator takes any g); the optional gated
 output norm (``is_outproj_norm``, off by default in mamba_ssm); variable-length packed
 batches; reduction of the phase mod 2 pi (mamba_ssm keeps it in [0, 2 pi); the rotation
-is the same); any fused kernel (:mod:`ssmbench.models.fused` wraps mamba_ssm's).
+is the same).
+
+The ``fused`` backend wraps mamba_ssm's Mamba-3 SISO kernels behind the same signatures
+(``mamba3_fused``: ``mamba3_siso_combined``; ``mamba3_step_fused``: ``mamba3_siso_step``;
+Triton with PTX inline assembly and TMA descriptors, so CUDA only, and bf16);
+:func:`mamba3_shape_reason` and :func:`fused_unavailable` say where they cannot run
+(:mod:`ssmbench.models.kernels` holds what every family's fused wrappers share).
 """
 
 from __future__ import annotations
@@ -67,10 +73,11 @@ from torch import nn
 from ssmbench import registry
 from ssmbench.counts import rotation_pairs
 from ssmbench.matrix import Size
-from ssmbench.models import fused
+from ssmbench.models import kernels
 from ssmbench.models.common import (
     A_INIT_RANGE,
     DT_INIT_RANGE,
+    BackendUnavailable,
     RandomDraws,
     RMSNorm,
     cumsum,
@@ -83,15 +90,21 @@ from ssmbench.models.mamba2 import chunked_scan
 from ssmbench.reference.mamba3 import Mamba3State
 
 __all__ = [
+    "FUSED_SHAPE_REASONS",
     "MAMBA3_BACKENDS",
     "MAMBA3_STEP_BACKENDS",
     "A_FLOOR",
     "Mamba3Mixer",
     "Mamba3State",
     "build_mixer",
+    "fused_block_reason",
+    "fused_unavailable",
+    "mamba3_fused",
     "mamba3_mixed",
     "mamba3_naive",
+    "mamba3_shape_reason",
     "mamba3_step",
+    "mamba3_step_fused",
     "mamba3_torch",
     "rotate_pairs",
 ]
@@ -408,18 +421,207 @@ def mamba3_step(
     return y.to(out_dtype), Mamba3State(ssm, phase, B_rot, x.clone())  # x: own storage
 
 
+# --- the fused backend: mamba_ssm's Mamba-3 SISO kernels --------------------------------
+
+MAMBA3_NEEDS_CUDA = (
+    "mamba_ssm's Mamba-3 kernels need a CUDA device "
+    "(PTX inline assembly and TMA descriptors: the Triton interpreter cannot run them)"
+)
+MAMBA3_DTYPES = registry.FAMILY["mamba3"].fused_dtypes_why  # bf16 only
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def mamba3_shape_reason(p: int, n: int, r: int) -> str:
+    """Why mamba_ssm's Mamba-3 SISO kernels cannot take head dim ``p``, state size ``n``
+    and ``r`` rotation angles ("" when they can): p and n powers of two (the step kernel
+    loads whole ``tl.arange(0, p)`` and ``(0, n)`` blocks unmasked, the chunked one builds
+    TMA descriptors of them), r even and at most n / 2 (both kernels assert
+    ``headdim_angles <= headdim_qk // 2 and headdim_angles % 2 == 0``)."""
+    if not (_is_power_of_two(p) and _is_power_of_two(n)):
+        return (
+            f"mamba_ssm's Mamba-3 kernels need power-of-two head dim and state size "
+            f"(TMA blocks), got p={p}, n={n}"
+        )
+    if r % 2 or r > n // 2:
+        return f"mamba_ssm's Mamba-3 kernels need an even number of angles r <= n/2, r={r}, n={n}"
+    return ""
+
+
+def _mamba3_check(x: torch.Tensor, B: torch.Tensor, theta: torch.Tensor) -> None:
+    """BackendUnavailable where mamba_ssm's Mamba-3 SISO kernels cannot take these inputs."""
+    tensors = (x, B, theta)
+    if not all(t.is_cuda for t in tensors):
+        raise BackendUnavailable(MAMBA3_NEEDS_CUDA)
+    if x.dtype != torch.bfloat16:
+        raise BackendUnavailable(f"{MAMBA3_DTYPES}, not {x.dtype}")
+    reason = mamba3_shape_reason(x.shape[-1], B.shape[-1], theta.shape[-1])
+    if reason:
+        raise BackendUnavailable(reason)
+
+
+def _mamba3_inputs(dt, A, lam, theta, h: int, n: int):
+    """Our (dt, A, lam, theta) as mamba_ssm's (ADT, DT, Trap, Angles) and a zero bias.
+
+    - ADT = dt A per token and head and DT = dt, float32, time last: ``(b, h, t)`` (or
+      ``(b, h)`` for a step), from dt and A ``(b, t, h)`` (or ``(b, h)``);
+    - Trap: the kernel applies a sigmoid to it, so Trap = logit(lam), clamped to +-30
+      (sigmoid(30) = 1 in float32) so that lam = 0 and 1 stay finite;
+    - Angles: the kernel turns them into the rate pi tanh(angle), so Angles = atanh(theta
+      / pi); theta must lie in (-pi, pi) (mamba_ssm's blocks produce only such rates).
+    """
+    dt32 = dt.float()
+    adt = dt32 * A.float()  # dt_t A_t, (b t h) or (b h)
+    trap = torch.logit(lam.float()).clamp(-30.0, 30.0)
+    angles = torch.atanh(theta.float() / math.pi)  # (b t h r) or (b h r)
+    bias = torch.zeros(h, n, device=dt.device, dtype=torch.float32)  # (h n)
+    if dt.dim() == 3:  # (b t h) -> (b h t)
+        adt, dt32, trap = (v.transpose(1, 2) for v in (adt, dt32, trap))
+    return adt, dt32, trap, angles, bias
+
+
+def _mamba3_state(state, b: int, h: int, p: int, n: int, r: int, like: torch.Tensor):
+    """Our state (a Mamba3State, a bare ``(b, h, p, n)`` SSM state, or None) as the
+    kernels' (angle, ssm, k, v) tuple in float32: the phase, the SSM state, B~ and x of
+    the last token (mamba_ssm's K state is also taken after bias and rotation)."""
+    if state is None:
+        return None
+    if not isinstance(state, tuple):
+        zeros = like.new_zeros
+        state = Mamba3State(state, zeros(b, h, r), zeros(b, h, n), zeros(b, h, p))
+    ssm, phase, B_prev, x_prev = state
+    return tuple(v.float().contiguous() for v in (phase, ssm, B_prev, x_prev))
+
+
+def mamba3_fused(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    theta: torch.Tensor,
+    lam: torch.Tensor,
+    D: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    initial_state: Mamba3State | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Mamba3State]:
+    """Mamba-3 SISO by mamba_ssm's Triton ``mamba3_siso_combined`` (CUDA only, bf16).
+
+    Args:
+        as :func:`ssmbench.ops.mamba3`: x ``(b, t, h, p)``; dt, A, lam ``(b, t, h)``; D
+            ``(h,)``; B, C ``(b, t, g, n)``; theta ``(b, t, h, r)`` with |theta| < pi;
+            initial_state a :class:`Mamba3State`, a bare ``(b, h, p, n)`` state or None.
+
+    Returns:
+        y ``(b, t, h, p)`` in the dtype of x and the final :class:`Mamba3State` float32;
+        its phase is reduced mod 2 pi (the rotation is the same).
+
+    The kernel's names: Q = C, K = B, V = x (same layouts), Q_bias = K_bias = 0; ADT, DT,
+    Trap time last; see :func:`_mamba3_inputs` for Trap and Angles.
+    """
+    _mamba3_check(x, B, theta)
+    module = kernels.mamba_ssm_module("ops.triton.mamba3.mamba3_siso_combined")
+    b, _, h, p = x.shape
+    n, r = B.shape[-1], theta.shape[-1]
+    adt, dt32, trap, angles, bias = _mamba3_inputs(dt, A, lam, theta, h, n)
+    out, phase, ssm, B_last, x_last = module.mamba3_siso_combined(
+        C,
+        B,
+        x,
+        adt,
+        dt32,
+        trap,
+        bias,
+        bias,
+        angles,
+        D=None if D is None else D.float(),
+        Input_States=_mamba3_state(initial_state, b, h, p, n, r, x),
+        chunk_size=chunk_size,
+        return_final_states=True,
+    )
+    state = Mamba3State(ssm.float(), phase.float(), B_last.float(), x_last.float())
+    return out.to(x.dtype), state
+
+
+def mamba3_step_fused(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    theta: torch.Tensor,
+    lam: torch.Tensor,
+    D: torch.Tensor | None = None,
+    state: Mamba3State | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Mamba3State]:
+    """One token of Mamba-3 by mamba_ssm's Triton ``mamba3_siso_step`` (CUDA only, bf16).
+
+    Args:
+        as :func:`ssmbench.ops.mamba3_step`: x ``(b, h, p)``; dt, A, lam ``(b, h)``; D
+            ``(h,)``; B, C ``(b, g, n)``; theta ``(b, h, r)``; state as :func:`mamba3_fused`.
+
+    Returns:
+        y ``(b, h, p)`` in the dtype of x and the new :class:`Mamba3State` float32.
+    """
+    _mamba3_check(x, B, theta)
+    module = kernels.mamba_ssm_module("ops.triton.mamba3.mamba3_siso_step")
+    b, h, p = x.shape
+    n, r = B.shape[-1], theta.shape[-1]
+    adt, dt32, trap, angles, bias = _mamba3_inputs(dt, A, lam, theta, h, n)
+    if state is None:
+        state = x.new_zeros(b, h, p, n, dtype=torch.float32)  # the step needs a state
+    y, (phase, ssm, B_last, x_last) = module.mamba3_siso_step(
+        C,
+        B,
+        x,
+        adt,
+        dt32,
+        trap,
+        bias,
+        bias,
+        angles,
+        D=None if D is None else D.float(),
+        Input_States=_mamba3_state(state, b, h, p, n, r, x),
+    )
+    return y.to(x.dtype), Mamba3State(ssm.float(), phase.float(), B_last.float(), x_last.float())
+
+
+def fused_block_reason(head_dim: int, d_state: int) -> str:
+    """Why a Mamba-3 block of ``head_dim`` and ``d_state`` cannot run the fused kernels
+    ("" when it can): p = head_dim, n = d_state, r = :func:`rotation_pairs` (n)."""
+    return mamba3_shape_reason(head_dim, d_state, rotation_pairs(d_state))
+
+
+# op of a verify shape -> why the kernel cannot take its dims (ssmbench.models.kernels)
+FUSED_SHAPE_REASONS = {
+    "mamba3": lambda p, n, r, **_: mamba3_shape_reason(p, n, r),
+    "mamba3_step": lambda p, n, r, **_: mamba3_shape_reason(p, n, r),
+    "mamba3_as_ssd": lambda p, n, r, **_: mamba3_shape_reason(p, n, r),
+}
+
+
+def fused_unavailable(device: str | torch.device, phase: str | None = None) -> str:
+    """Why the fused backend cannot run on ``device`` ("" when it can; every phase alike):
+    a CUDA device (no interpreter), then its packages."""
+    if kernels.device_type(device) != "cuda":
+        return MAMBA3_NEEDS_CUDA
+    return kernels.package_reason(*registry.FAMILY["mamba3"].fused_packages)
+
+
 MAMBA3_BACKENDS = {
     "naive": mamba3_naive,
     "torch": mamba3_torch,
     "torch-mixed": mamba3_mixed,
-    "fused": fused.mamba3_fused,  # mamba_ssm's Mamba-3 SISO kernels (GPU only)
+    "fused": mamba3_fused,  # mamba_ssm's Mamba-3 SISO kernels (GPU only)
 }
 # one token: no matmul worth running in half precision, torch-mixed takes torch's step
 MAMBA3_STEP_BACKENDS = {
     "naive": mamba3_step,
     "torch": mamba3_step,
     "torch-mixed": mamba3_step,
-    "fused": fused.mamba3_step_fused,
+    "fused": mamba3_step_fused,
 }
 
 

@@ -34,7 +34,8 @@ float64), return y in the dtype of u and the state as a complex tensor ``(b, h, 
 
 What this file leaves out: S4D-Inv and the other initialisations, the bilinear
 discretisation, dropout, the bidirectional and multi-channel variants of the S4 repo, and
-any fused kernel (the S4 repo's Vandermonde kernels in CUDA/KeOps).
+any fused kernel (the S4 repo's Vandermonde kernels in CUDA/KeOps): the FFT convolution is
+S4D's fast path, and its ``fused`` backend is unavailable (:func:`fused_unavailable`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from torch import nn
 
 from ssmbench.matrix import Size
 from ssmbench.models.common import DT_INIT_RANGE, RandomDraws, not_offered, pick_backend, widen
+from ssmbench.registry import FAMILY
 
 S4DCache = tuple[torch.Tensor]  # (ssm_state (b, h, n) complex,)
 
@@ -263,6 +265,14 @@ NO_MIXED_FORM = not_offered(
     "S4D's torch form is an FFT convolution in fp32 (complex kernels; cuFFT has no bf16): "
     "it has no matmuls to run in half precision",
 )
+NO_FUSED_KERNEL = FAMILY["s4d"].fused_unavailable
+
+
+def fused_unavailable(device: str | torch.device, phase: str | None = None) -> str:
+    """Why the fused backend cannot run: on any device, in any phase, S4D has none."""
+    return NO_FUSED_KERNEL
+
+
 S4D_BACKENDS = {"naive": s4d_naive, "torch": s4d_fft, "torch-mixed": NO_MIXED_FORM}
 S4D_STEP_BACKENDS = {"naive": s4d_step, "torch": s4d_step, "torch-mixed": NO_MIXED_FORM}
 

@@ -120,7 +120,7 @@ def run_task(
     ``learned_pad``); the record's ``model`` then holds them beside the study's kwargs."""
     import torch
 
-    from ssmbench.cell import error_status
+    from ssmbench.process import error_status
 
     torch.set_num_threads(threads)
     family = registry.base_family(cell.family)

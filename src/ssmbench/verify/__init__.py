@@ -23,6 +23,10 @@ and the other phases' checks still run and count.
 Inputs are drawn in float32 on the CPU from ``seed`` (the same numbers on every device),
 rounded to the dtype under test and moved to the device; the reference sees the rounded
 inputs, so only the arithmetic is judged, under that dtype's tolerance.
+
+One verify job (the workflow's verify rule, ``python -m ssmbench verify``) runs this in
+each of the run's dtypes and sums the checks up into a verdict per phase: its record is
+:func:`ssmbench.verify.run.run_verify`'s.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from ssmbench.verify import (
 # state channel is not rotated) and r < n / 2 (a partial rotation) are awkward on purpose
 MAMBA3_SHAPES = ((2, 37, 4, 2, 8, 6, 3), (2, 70, 3, 1, 7, 5, 1))
 # ... and for the fused backends, what mamba_ssm's kernels take
-# (ssmbench.models.fused.mamba3_shape_reason): p and n powers of two, r even and <= n / 2;
+# (ssmbench.models.mamba3.mamba3_shape_reason): p and n powers of two, r even and <= n / 2;
 # still lengths no chunk divides, partial rotations (r < n / 2) and shared B, C groups.  One
 # (p, n) for both, that of FUSED_BLOCK_SIZE: the chunked kernel autotunes 27 configs per
 # (chunk, p, n, flags), so every other (p, n) would cost a verify job another round
