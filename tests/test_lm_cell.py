@@ -236,7 +236,7 @@ def test_a_failed_gate_is_never_timed(no_build):
 
 
 def test_the_record_keeps_the_tolerance_the_gate_ran_under(no_build):
-    from ssmbench.lm.verify import logits_tolerance
+    from ssmbench.numerics import logits_tolerance
 
     tolerance = logits_tolerance("fp32", 24)
     r = run_lm_cell(_spec(), verify={**PASSED, "logits_tolerance": tolerance})

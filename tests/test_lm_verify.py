@@ -8,6 +8,7 @@ import torch
 
 from ssmbench.lm import backends, zoo
 from ssmbench.lm import verify as lm_verify
+from ssmbench.numerics import LOGITS_BASIS, compare_logits, logits_tolerance
 
 BUILDABLE = zoo.available()
 CHECKS = {
@@ -135,7 +136,7 @@ def test_the_clean_gate_is_far_inside_its_bound_and_records_it():
         "rtol_per_layer": 1e-4,
         "n_layers": 2,
         "bound": 2e-4,
-        "basis": lm_verify.LOGITS_BASIS,
+        "basis": LOGITS_BASIS,
     }
 
 
@@ -155,7 +156,7 @@ def test_the_logits_bound_grows_with_depth(rel_err, n_layers, ok):
     ref = _logits()
     noise = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
     out = ref + rel_err * ref.norm() / noise.norm() * noise
-    row = lm_verify.compare_logits("logits", ref, out, "fp32", n_layers)
+    row = compare_logits("logits", ref, out, "fp32", n_layers)
     assert row["rel_rms_err"] == pytest.approx(rel_err, rel=1e-3)
     assert row["ok"] is ok and row["allclose_ok"] is False
     assert row["tolerance"]["bound"] == pytest.approx(1e-4 * n_layers)
@@ -165,11 +166,11 @@ def test_non_finite_logits_fail_and_bad_arguments_are_refused():
     ref = _logits()
     out = ref.clone()
     out[0, 3, 7] = float("nan")
-    assert lm_verify.compare_logits("logits", ref, out, "fp32", 24)["ok"] is False
+    assert compare_logits("logits", ref, out, "fp32", 24)["ok"] is False
     with pytest.raises(KeyError, match="no tolerance for dtype 'int8'"):
-        lm_verify.logits_tolerance("int8", 24)
+        logits_tolerance("int8", 24)
     with pytest.raises(ValueError, match="n_layers must be positive, got 0"):
-        lm_verify.logits_tolerance("fp32", 0)
+        logits_tolerance("fp32", 0)
 
 
 def test_cache_sizes_refuses_a_cache_without_layers():

@@ -151,12 +151,13 @@ def static_tokens_check(
     """The hf-static gate, a check row: greedy tokens through a :class:`StaticDecoder`
     equal the eager loop's (a DynamicCache: :func:`ssmbench.lm.verify.prefill` and
     ``decode_step``) for the same random prompt, and so do the logits of every step,
-    under the whole-model rule (:func:`ssmbench.lm.verify.compare_logits`).  The logits
+    under the whole-model rule (:func:`ssmbench.numerics.compare_logits`).  The logits
     matter: a random model's greedy token barely depends on its context (a ci Qwen2.5
     repeats its input whatever the cache holds), so tokens alone miss a lost cache."""
     import torch
 
-    from ssmbench.lm.verify import compare_logits, decode_step, prefill
+    from ssmbench.lm.verify import decode_step, prefill
+    from ssmbench.numerics import compare_logits
 
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(1, lm.config.vocab_size, (batch, prompt_len), generator=gen)
