@@ -291,7 +291,7 @@ def _ran_kernels(layers: list[dict]) -> bool:
 
 def _not_eager(layers: list[dict]) -> str:
     return (
-        f"hf-eager ran kernel packages ({layer_summary(layers)}): call "
+        f"hf-eager ran kernel packages ({backends.layer_summary(layers)}): call "
         "ssmbench.lm.backends.prepare before transformers is imported in the cell process"
     )
 
@@ -547,7 +547,7 @@ def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids, decoder=None) -> 
     with backends.trace_kernels(lm) as calls:
         peak = measure_peak(one_run, spec.device, warmup=0)
     record.layers = backends.layer_report(lm, calls)
-    record.layer_impls = layer_summary(record.layers)
+    record.layer_impls = backends.layer_summary(record.layers)
     record.memory_method = peak["method"]
     record.cache_kv_bytes = float(after_prefill["kv"]["bytes"])
     record.cache_conv_bytes = float(after_prefill["conv"]["bytes"])
@@ -564,26 +564,6 @@ def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids, decoder=None) -> 
         record.notes.append(f"cache elements {measured} differ from the formula's {formula}")
     record.peak_bytes = record.weights_bytes + float(peak["peak_bytes"])
     record.activations_bytes = record.peak_bytes - record.weights_bytes - record.cache_bytes
-
-
-def layer_summary(layers: list[dict]) -> str:
-    """A short string of what the decoder layers ran: runs of identical layers counted,
-    e.g. "24x Mamba2Block [torch_forward]" or "2x Qwen2DecoderLayer attn=eager"."""
-    groups: list[list] = []
-    for layer in layers:
-        ran = sorted({impl.rsplit(".", 1)[-1] for impl in layer["ran"].values()})
-        key = (layer["class"], layer["attention"], tuple(ran))
-        if groups and groups[-1][0] == key:
-            groups[-1][1] += 1
-        else:
-            groups.append([key, 1])
-    parts = []
-    for (cls, attention, ran), count in groups:
-        text = f"{count}x {cls}"
-        text += f" attn={attention}" if attention else ""
-        text += f" [{', '.join(ran)}]" if ran else ""
-        parts.append(text)
-    return "; ".join(parts)
 
 
 def _meter(device: str):
