@@ -27,7 +27,7 @@ OOM, a timeout or a crash become ``status`` and ``reason`` (the helpers of
    decode: one untimed prefill, then rounds of the N - 1 steps of greedy decoding that
    ``generate(N)`` runs after it (:class:`ssmbench.lm.generate.Greedy`), each round from
    its own copy of that prefill's cache and each step timed (the TPOT samples, at contexts
-   T .. T+N-2), until the budget is met; and
+   T .. T+N-2; :class:`ssmbench.measure.timing.SamplingLoop`), until the budget is met; and
    the end-to-end check ``(generate(N) - generate(1)) / (N - 1)`` in ``e2e_rounds`` paired
    rounds (:func:`ssmbench.measure.timing.measure_pair`; a preset's ``lm.e2e_rounds``, 0 to
    skip it, where two prefills per round cost more than they tell), which must fall within
@@ -390,34 +390,22 @@ def _time_decode(record: LMRecord, spec: LMCellSpec, lm, ids, deadline, decoder=
     """Rounds of N - 1 timed steps until the budget is met, each from the cache of one
     untimed prefill: a fresh copy of it per round (:meth:`~ssmbench.lm.generate.Greedy.fork`),
     or for hf-static a refill of its static cache (a CUDA graph replays on the same
-    addresses)."""
-    from ssmbench.measure.timing import _enough, _past, _synchronize, _timer
+    addresses).  Each step is a sample (CUDA events on a GPU, the monotonic clock on a
+    CPU); the warm-up, whole rounds too, checks no deadline (the cell's alarm ends it)."""
+    from ssmbench.measure.timing import SamplingLoop
 
-    once = _timer(spec.device)  # CUDA events on a GPU, the monotonic clock on a CPU
     steps = spec.new_tokens - 1
-    timing = spec.timing
     prefilled = None if decoder else _greedy(lm, ids)
 
-    def fresh():
-        return prefilled.fork() if prefilled else _greedy(lm, ids, decoder)
+    def round_of_steps():
+        greedy = prefilled.fork() if prefilled else _greedy(lm, ids, decoder)
+        return [greedy.step] * steps
 
-    warm, samples, timed_out = 0, [], False
-    begin = time.perf_counter()
-    while warm < timing.warmup or time.perf_counter() - begin < timing.warmup_s:
-        greedy = fresh()
-        for _ in range(steps):
-            greedy.step()
-        warm += steps
-    _synchronize(spec.device)
-    begin = time.perf_counter()
-    while not timed_out and not _enough(samples, time.perf_counter() - begin, timing):
-        greedy = fresh()
-        for _ in range(steps):
-            if _past(deadline):
-                timed_out = True
-                break
-            samples.append(once(greedy.step))
-    _keep_samples(record, spec, samples, warm, timed_out)
+    loop = SamplingLoop(spec.timing, spec.device)
+    loop.warm_up(round_of_steps)
+    timed_out = loop.sample(round_of_steps, deadline)
+    samples = loop.samples_ms
+    _keep_samples(record, spec, samples, loop.warm, timed_out)
     if record.status != "ok":
         return
     record.tpot_ms_median = statistics.median(samples)
@@ -596,18 +584,18 @@ def _decode_energy(record: LMRecord, spec: LMCellSpec, lm, ids, deadline, decode
     and holds at least N - 1 steps (a decode past N tokens: contexts up to T + steps; for
     hf-static at most the cache's T + N, a shorter window is then not recorded)."""
     from ssmbench.measure.energy import EnergyMeter
-    from ssmbench.measure.timing import _past, _synchronize
+    from ssmbench.measure.timing import past, synchronize
 
     greedy = _greedy(lm, ids, decoder)
-    _synchronize(spec.device)
+    synchronize(spec.device)
     meter = EnergyMeter(spec.device).start()
     begin, steps = time.perf_counter(), 0
     while steps < spec.new_tokens - 1 or time.perf_counter() - begin < spec.energy_window_s:
-        if _past(deadline) or (decoder is not None and decoder.full()):
+        if past(deadline) or (decoder is not None and decoder.full()):
             break  # a static cache ends the window at its T + N tokens
         greedy.step()
         steps += 1
-    _synchronize(spec.device)
+    synchronize(spec.device)
     _keep_energy(record, spec, meter.stop(), steps, spec.batch)
 
 
