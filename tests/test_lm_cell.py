@@ -236,7 +236,7 @@ def test_a_failed_gate_is_never_timed(no_build):
 
 
 def test_the_record_keeps_the_tolerance_the_gate_ran_under(no_build):
-    from ssmbench.lm.verify import logits_tolerance
+    from ssmbench.numerics import logits_tolerance
 
     tolerance = logits_tolerance("fp32", 24)
     r = run_lm_cell(_spec(), verify={**PASSED, "logits_tolerance": tolerance})
@@ -430,8 +430,8 @@ from ssmbench.lm import backends
 backends.prepare("hf-eager")
 import torch
 from ssmbench.lm.build import build
-from ssmbench.lm.cell import _Greedy
-from ssmbench.lm.verify import cache_tensors
+from ssmbench.lm.cache import cache_tensors
+from ssmbench.lm.generate import Greedy
 
 out = {}
 for model in sys.argv[1:]:
@@ -439,13 +439,13 @@ for model in sys.argv[1:]:
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(1, lm.config.vocab_size, (2, 19), generator=gen)
     with torch.inference_mode():
-        base = _Greedy(lm, ids)
+        base = Greedy(lm, ids)
         before = [t.clone() for _, _, t in cache_tensors(base.cache)]
         rounds = []
         for _ in range(2):  # two rounds from one prefill, as a decode cell times them
             greedy = base.fork()
             rounds.append([greedy.step() or greedy.token.tolist() for _ in range(4)])
-        fresh = _Greedy(lm, ids)  # a prefill of its own
+        fresh = Greedy(lm, ids)  # a prefill of its own
         alone = [fresh.step() or fresh.token.tolist() for _ in range(4)]
         after = [t for _, _, t in cache_tensors(base.cache)]
     untouched = len(before) == len(after) and all(torch.equal(a, b) for a, b in zip(before, after))
@@ -456,7 +456,7 @@ print(json.dumps(out))
 
 def test_every_round_of_decode_steps_starts_from_the_same_prefill():
     """A decode cell prefills once and times each round of steps from a copy of that cache
-    (`_Greedy.fork`): SSM caches update their states in place, so without the copy the
+    (`Greedy.fork`): SSM caches update their states in place, so without the copy the
     second round would start where the first ended.  Each round's tokens equal those of a
     decode from a prefill of its own, and the prefilled cache is left as it was."""
     models = ["mamba-130m", "mamba2-130m", "qwen2.5-0.5b", "falcon-h1-0.5b"]

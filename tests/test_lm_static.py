@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from ssmbench.lm import backends, static
+from ssmbench.lm.cache import cache_formula, cache_sizes
 from ssmbench.lm.cell import LMCellSpec, run_lm_cell
-from ssmbench.lm.verify import cache_formula, cache_sizes, manual_greedy
+from ssmbench.lm.generate import manual_greedy
 
 TIMING = {"warmup": 1, "min_samples": 3, "max_samples": 6, "min_time_s": 0.0, "max_time_s": 2.0}
 TIMING["timeout_s"] = 90

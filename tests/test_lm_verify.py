@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ssmbench.lm import backends, zoo
+from ssmbench.lm import backends, generate, zoo
 from ssmbench.lm import verify as lm_verify
+from ssmbench.lm.cache import cache_formula, cache_sizes, cache_tensors
+from ssmbench.numerics import LOGITS_BASIS, compare_logits, logits_tolerance
 
 BUILDABLE = zoo.available()
 CHECKS = {
@@ -68,7 +70,7 @@ def test_cache_formula_of_a_hybrid_counts_each_kind_of_layer():
 
     config = make_config("qwen3-next-gdn", "ci")  # 3 gated-DeltaNet layers, 1 attention
     t, b = 10, 2
-    formula = lm_verify.cache_formula(config, t, b)
+    formula = cache_formula(config, t, b)
     assert formula["kv"] == 2 * 1 * 2 * 16 * t * b  # layers * kv heads * head dim
     assert formula["conv"] == 3 * (2 * 2 * 16 + 4 * 16) * 4 * b
     assert formula["ssm"] == 3 * 4 * 16 * 16 * b
@@ -81,13 +83,13 @@ def _logits_check(result: dict) -> dict:
 def test_the_gate_fails_when_decode_drops_the_cache(monkeypatch):
     """A decode step that forgets the prefix (a fresh cache each token) must fail the
     logits check by orders of magnitude, not pass it."""
-    original = lm_verify.decode_step
+    original = generate.decode_step
 
     def forgetful(lm, token, cache):
-        _, fresh = lm_verify.prefill(lm, token[:, :0].new_ones((token.shape[0], 1)))
+        _, fresh = generate.prefill(lm, token[:, :0].new_ones((token.shape[0], 1)))
         return original(lm, token, fresh)
 
-    monkeypatch.setattr(lm_verify, "decode_step", forgetful)
+    monkeypatch.setattr(generate, "decode_step", forgetful)
     result = lm_verify.verify_lm("qwen2.5-0.5b", "ci", seed=1)
     verdicts = {c["name"]: c["ok"] for c in result["checks"]}
     assert not result["passed"]
@@ -106,17 +108,17 @@ def test_the_gate_fails_when_the_cache_loses_a_layers_state(monkeypatch, model, 
     """The prefill hands decode a cache whose ``layer`` has lost its ``kind`` tensors
     (zeroed in place): the logits check fails 100x beyond the depth-aware bound while
     the cache still has the formula's sizes."""
-    original = lm_verify.prefill
+    original = generate.prefill
 
     def lossy(lm, ids):
         logits, cache = original(lm, ids)
-        lost = [t for i, k, t in lm_verify.cache_tensors(cache) if (i, k) == (layer, kind)]
+        lost = [t for i, k, t in cache_tensors(cache) if (i, k) == (layer, kind)]
         assert lost, f"layer {layer} has no {kind} tensor"
         for t in lost:
             t.zero_()
         return logits, cache
 
-    monkeypatch.setattr(lm_verify, "prefill", lossy)
+    monkeypatch.setattr(generate, "prefill", lossy)
     result = lm_verify.verify_lm(model, "ci")
     logits = _logits_check(result)
     assert not result["passed"] and not logits["ok"]
@@ -135,7 +137,7 @@ def test_the_clean_gate_is_far_inside_its_bound_and_records_it():
         "rtol_per_layer": 1e-4,
         "n_layers": 2,
         "bound": 2e-4,
-        "basis": lm_verify.LOGITS_BASIS,
+        "basis": LOGITS_BASIS,
     }
 
 
@@ -155,7 +157,7 @@ def test_the_logits_bound_grows_with_depth(rel_err, n_layers, ok):
     ref = _logits()
     noise = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
     out = ref + rel_err * ref.norm() / noise.norm() * noise
-    row = lm_verify.compare_logits("logits", ref, out, "fp32", n_layers)
+    row = compare_logits("logits", ref, out, "fp32", n_layers)
     assert row["rel_rms_err"] == pytest.approx(rel_err, rel=1e-3)
     assert row["ok"] is ok and row["allclose_ok"] is False
     assert row["tolerance"]["bound"] == pytest.approx(1e-4 * n_layers)
@@ -165,16 +167,16 @@ def test_non_finite_logits_fail_and_bad_arguments_are_refused():
     ref = _logits()
     out = ref.clone()
     out[0, 3, 7] = float("nan")
-    assert lm_verify.compare_logits("logits", ref, out, "fp32", 24)["ok"] is False
+    assert compare_logits("logits", ref, out, "fp32", 24)["ok"] is False
     with pytest.raises(KeyError, match="no tolerance for dtype 'int8'"):
-        lm_verify.logits_tolerance("int8", 24)
+        logits_tolerance("int8", 24)
     with pytest.raises(ValueError, match="n_layers must be positive, got 0"):
-        lm_verify.logits_tolerance("fp32", 0)
+        logits_tolerance("fp32", 0)
 
 
 def test_cache_sizes_refuses_a_cache_without_layers():
     with pytest.raises(TypeError, match="dict has no per-layer list"):
-        lm_verify.cache_sizes({"keys": torch.zeros(3)})
+        cache_sizes({"keys": torch.zeros(3)})
 
 
 def test_a_kernel_backend_is_compared_with_a_fresh_eager_process_on_the_same_ids():

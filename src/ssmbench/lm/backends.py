@@ -14,7 +14,8 @@ package that is not installed).
 
 :func:`bound_kernels` reads what a modeling module bound (the closure's ``implementation``);
 :func:`trace_kernels` records, per decoder layer, which of those functions a forward really
-called, so the record names the implementation each layer ran.
+called, so the record names the implementation each layer ran (:func:`layer_report`, and
+:func:`layer_summary` in a line).
 
     hf-eager    transformers' own PyTorch paths, kernel packages blocked (any device)
     hf-kernels  the same classes with mamba_ssm / causal_conv1d / fla / flash-attn bound (GPU)
@@ -195,6 +196,26 @@ def layer_report(lm, calls: dict[int, dict[str, str]]) -> list[dict]:
             }
         )
     return rows
+
+
+def layer_summary(layers: list[dict]) -> str:
+    """A short string of what the decoder layers ran: runs of identical layers counted,
+    e.g. "24x Mamba2Block [torch_forward]" or "2x Qwen2DecoderLayer attn=eager"."""
+    groups: list[list] = []
+    for layer in layers:
+        ran = sorted({impl.rsplit(".", 1)[-1] for impl in layer["ran"].values()})
+        key = (layer["class"], layer["attention"], tuple(ran))
+        if groups and groups[-1][0] == key:
+            groups[-1][1] += 1
+        else:
+            groups.append([key, 1])
+    parts = []
+    for (cls, attention, ran), count in groups:
+        text = f"{count}x {cls}"
+        text += f" attn={attention}" if attention else ""
+        text += f" [{', '.join(ran)}]" if ran else ""
+        parts.append(text)
+    return "; ".join(parts)
 
 
 def _importable(name: str) -> bool:

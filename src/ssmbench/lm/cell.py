@@ -21,11 +21,13 @@ OOM, a timeout or a crash become ``status`` and ``reason`` (the helpers of
 3. the model, built with seeded random weights in the cell's dtype; prompts are random
    token ids from the seed;
 4. prefill: TTFT, a forward over T tokens into a fresh cache with ``logits_to_keep=1``
-   (what ``generate`` asks for: the first token's logits only, never T x vocab), timed
-   by :func:`ssmbench.measure.timing.measure` (warm-up, budget, CUDA events);
+   (what ``generate`` asks for: the first token's logits only, never T x vocab,
+   :func:`ssmbench.lm.generate.prefill_forward`), timed by
+   :func:`ssmbench.measure.timing.measure` (warm-up, budget, CUDA events);
    decode: one untimed prefill, then rounds of the N - 1 steps of greedy decoding that
-   ``generate(N)`` runs after it, each round from its own copy of that prefill's cache and
-   each step timed (the TPOT samples, at contexts T .. T+N-2), until the budget is met; and
+   ``generate(N)`` runs after it (:class:`ssmbench.lm.generate.Greedy`), each round from
+   its own copy of that prefill's cache and each step timed (the TPOT samples, at contexts
+   T .. T+N-2; :class:`ssmbench.measure.timing.SamplingLoop`), until the budget is met; and
    the end-to-end check ``(generate(N) - generate(1)) / (N - 1)`` in ``e2e_rounds`` paired
    rounds (:func:`ssmbench.measure.timing.measure_pair`; a preset's ``lm.e2e_rounds``, 0 to
    skip it, where two prefills per round cost more than they tell), which must fall within
@@ -36,8 +38,8 @@ OOM, a timeout or a crash become ``status`` and ``reason`` (the helpers of
    the run is a prefill (prefill cells) or the whole request, prefill and N - 1 steps
    (decode cells); peak = weights + the run's peak above its start; weights = bytes of the
    parameters and buffers; cache = the cache object's tensors after the prefill
-   (:func:`ssmbench.lm.verify.cache_sizes`, checked by kind against
-   :func:`~ssmbench.lm.verify.cache_formula`); activations = peak - weights - cache (for a
+   (:func:`ssmbench.lm.cache.cache_sizes`, checked by kind against
+   :func:`~ssmbench.lm.cache.cache_formula`); activations = peak - weights - cache (for a
    decode cell that includes the prefill's transient buffers and the cache's growth
    during the steps: transformers' DynamicCache concatenates a new KV tensor per step);
    the layer report (which implementation each layer ran) is traced in this run;
@@ -55,7 +57,6 @@ whose layers ran a kernel package all the same is ``failed``.
 
 from __future__ import annotations
 
-import copy
 import os
 import statistics
 import time
@@ -290,7 +291,7 @@ def _ran_kernels(layers: list[dict]) -> bool:
 
 def _not_eager(layers: list[dict]) -> str:
     return (
-        f"hf-eager ran kernel packages ({layer_summary(layers)}): call "
+        f"hf-eager ran kernel packages ({backends.layer_summary(layers)}): call "
         "ssmbench.lm.backends.prepare before transformers is imported in the cell process"
     )
 
@@ -348,19 +349,15 @@ def gate_refusal(spec: LMCellSpec, verify: dict) -> str:
     )
 
 
-def _prefill_call(lm, ids):
-    """One TTFT call: a forward over T tokens into a fresh cache, first token's logits."""
-    return lm(input_ids=ids, use_cache=True, logits_to_keep=1)
-
-
 def _time_prefill(
     record: LMRecord, spec: LMCellSpec, lm, ids, meter, deadline, decoder=None
 ) -> None:
+    from ssmbench.lm.generate import prefill_forward
     from ssmbench.measure.timing import measure
 
     window_s = max(spec.energy_window_s, 0.0) if meter is not None else 0.0
     result = measure(
-        (lambda: decoder.prefill(ids)) if decoder else (lambda: _prefill_call(lm, ids)),
+        (lambda: decoder.prefill(ids)) if decoder else (lambda: prefill_forward(lm, ids)),
         spec.timing,
         spec.device,
         deadline=deadline,
@@ -377,78 +374,38 @@ def _time_prefill(
         _keep_energy(record, spec, meter.result, result.meter_calls, spec.batch * spec.seq_len)
 
 
-def prefill_first(lm, ids):
-    """(logits (b, 1, vocab), cache) of :func:`_prefill_call`."""
-    from ssmbench.lm.verify import _out_cache
-
-    out = _prefill_call(lm, ids)
-    return out.logits, _out_cache(out)
-
-
-class _Greedy:
-    """A greedy decode from a prefill of ``ids (b, t)``: ``step()`` feeds the last token
-    through the cache and takes the argmax, as ``generate`` does without sampling."""
-
-    def __init__(self, lm, ids):
-        logits, self.cache = prefill_first(lm, ids)  # logits (b, 1, vocab)
-        self.lm = lm
-        self.token = logits[:, -1].argmax(-1, keepdim=True)  # (b, 1)
-
-    def fork(self) -> _Greedy:
-        """The same decode from the same prefill, with a copy of the cache: SSM caches
-        update their states in place, so each round of steps starts from its own copy (a
-        copy costs far less than the prefill it saves: seconds at T = 4096 on a CPU)."""
-        twin = copy.copy(self)
-        twin.cache = copy.deepcopy(self.cache)
-        return twin
-
-    def step(self) -> None:
-        from ssmbench.lm.verify import decode_step
-
-        logits, self.cache = decode_step(self.lm, self.token, self.cache)  # (b, vocab)
-        self.token = logits.argmax(-1, keepdim=True)
-
-
 def _greedy(lm, ids, decoder=None):
     """A greedy decode from a prefill of ``ids``: hf-static's decoder, refilled, or a
-    :class:`_Greedy` through a new DynamicCache; either has ``step()``, ``cache``, ``token``."""
+    :class:`~ssmbench.lm.generate.Greedy` through a new DynamicCache; either has
+    ``step()``, ``cache``, ``token``."""
+    from ssmbench.lm.generate import Greedy
+
     if decoder is None:
-        return _Greedy(lm, ids)
+        return Greedy(lm, ids)
     decoder.prefill(ids)
     return decoder
 
 
 def _time_decode(record: LMRecord, spec: LMCellSpec, lm, ids, deadline, decoder=None) -> None:
     """Rounds of N - 1 timed steps until the budget is met, each from the cache of one
-    untimed prefill: a fresh copy of it per round (:meth:`_Greedy.fork`), or for hf-static
-    a refill of its static cache (a CUDA graph replays on the same addresses)."""
-    from ssmbench.measure.timing import _enough, _past, _synchronize, _timer
+    untimed prefill: a fresh copy of it per round (:meth:`~ssmbench.lm.generate.Greedy.fork`),
+    or for hf-static a refill of its static cache (a CUDA graph replays on the same
+    addresses).  Each step is a sample (CUDA events on a GPU, the monotonic clock on a
+    CPU); the warm-up, whole rounds too, checks no deadline (the cell's alarm ends it)."""
+    from ssmbench.measure.timing import SamplingLoop
 
-    once = _timer(spec.device)  # CUDA events on a GPU, the monotonic clock on a CPU
     steps = spec.new_tokens - 1
-    timing = spec.timing
-    prefilled = None if decoder else _Greedy(lm, ids)
+    prefilled = None if decoder else _greedy(lm, ids)
 
-    def fresh():
-        return prefilled.fork() if prefilled else _greedy(lm, ids, decoder)
+    def round_of_steps():
+        greedy = prefilled.fork() if prefilled else _greedy(lm, ids, decoder)
+        return [greedy.step] * steps
 
-    warm, samples, timed_out = 0, [], False
-    begin = time.perf_counter()
-    while warm < timing.warmup or time.perf_counter() - begin < timing.warmup_s:
-        greedy = fresh()
-        for _ in range(steps):
-            greedy.step()
-        warm += steps
-    _synchronize(spec.device)
-    begin = time.perf_counter()
-    while not timed_out and not _enough(samples, time.perf_counter() - begin, timing):
-        greedy = fresh()
-        for _ in range(steps):
-            if _past(deadline):
-                timed_out = True
-                break
-            samples.append(once(greedy.step))
-    _keep_samples(record, spec, samples, warm, timed_out)
+    loop = SamplingLoop(spec.timing, spec.device)
+    loop.warm_up(round_of_steps)
+    timed_out = loop.sample(round_of_steps, deadline)
+    samples = loop.samples_ms
+    _keep_samples(record, spec, samples, loop.warm, timed_out)
     if record.status != "ok":
         return
     record.tpot_ms_median = statistics.median(samples)
@@ -478,7 +435,7 @@ def _p95(samples: list[float]) -> float:
 
 
 def _generate(lm, ids, n: int):
-    from ssmbench.lm.verify import generate_greedy
+    from ssmbench.lm.generate import generate_greedy
 
     return lambda: generate_greedy(lm, ids, n)
 
@@ -562,7 +519,7 @@ def _ms(values: list[float]) -> str:
 
 def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids, decoder=None) -> None:
     """Weights, cache and activations from one run's allocator peak (module docstring)."""
-    from ssmbench.lm.verify import CACHE_KINDS, cache_formula, cache_sizes
+    from ssmbench.lm.cache import CACHE_KINDS, cache_formula, cache_sizes
     from ssmbench.measure.memory import measure_peak, tensor_bytes
 
     record.weights_bytes = float(tensor_bytes([*lm.parameters(), *lm.buffers()]))
@@ -578,7 +535,7 @@ def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids, decoder=None) -> 
     with backends.trace_kernels(lm) as calls:
         peak = measure_peak(one_run, spec.device, warmup=0)
     record.layers = backends.layer_report(lm, calls)
-    record.layer_impls = layer_summary(record.layers)
+    record.layer_impls = backends.layer_summary(record.layers)
     record.memory_method = peak["method"]
     record.cache_kv_bytes = float(after_prefill["kv"]["bytes"])
     record.cache_conv_bytes = float(after_prefill["conv"]["bytes"])
@@ -595,26 +552,6 @@ def _memory_split(record: LMRecord, spec: LMCellSpec, lm, ids, decoder=None) -> 
         record.notes.append(f"cache elements {measured} differ from the formula's {formula}")
     record.peak_bytes = record.weights_bytes + float(peak["peak_bytes"])
     record.activations_bytes = record.peak_bytes - record.weights_bytes - record.cache_bytes
-
-
-def layer_summary(layers: list[dict]) -> str:
-    """A short string of what the decoder layers ran: runs of identical layers counted,
-    e.g. "24x Mamba2Block [torch_forward]" or "2x Qwen2DecoderLayer attn=eager"."""
-    groups: list[list] = []
-    for layer in layers:
-        ran = sorted({impl.rsplit(".", 1)[-1] for impl in layer["ran"].values()})
-        key = (layer["class"], layer["attention"], tuple(ran))
-        if groups and groups[-1][0] == key:
-            groups[-1][1] += 1
-        else:
-            groups.append([key, 1])
-    parts = []
-    for (cls, attention, ran), count in groups:
-        text = f"{count}x {cls}"
-        text += f" attn={attention}" if attention else ""
-        text += f" [{', '.join(ran)}]" if ran else ""
-        parts.append(text)
-    return "; ".join(parts)
 
 
 def _meter(device: str):
@@ -647,18 +584,18 @@ def _decode_energy(record: LMRecord, spec: LMCellSpec, lm, ids, deadline, decode
     and holds at least N - 1 steps (a decode past N tokens: contexts up to T + steps; for
     hf-static at most the cache's T + N, a shorter window is then not recorded)."""
     from ssmbench.measure.energy import EnergyMeter
-    from ssmbench.measure.timing import _past, _synchronize
+    from ssmbench.measure.timing import past, synchronize
 
     greedy = _greedy(lm, ids, decoder)
-    _synchronize(spec.device)
+    synchronize(spec.device)
     meter = EnergyMeter(spec.device).start()
     begin, steps = time.perf_counter(), 0
     while steps < spec.new_tokens - 1 or time.perf_counter() - begin < spec.energy_window_s:
-        if _past(deadline) or (decoder is not None and decoder.full()):
+        if past(deadline) or (decoder is not None and decoder.full()):
             break  # a static cache ends the window at its T + N tokens
         greedy.step()
         steps += 1
-    _synchronize(spec.device)
+    synchronize(spec.device)
     _keep_energy(record, spec, meter.stop(), steps, spec.batch)
 
 
@@ -668,11 +605,13 @@ def profile_lm_cell(
     """The operator breakdown of one cell, a separate profiled run (never inside a timed
     cell): :func:`ssmbench.measure.profile.profile_ops` over ``iters`` calls after one
     warm-up, device time only on a GPU (CPU self time on a CPU), in the project's buckets.
-    A prefill call is :func:`_prefill_call`; a decode call one greedy step (the cache grows
-    by a token per call; hf-static's static cache has room for T + the warm-up and calls).
+    A prefill call is :func:`~ssmbench.lm.generate.prefill_forward`; a decode call one
+    greedy step (the cache grows by a token per call; hf-static's static cache has room for
+    T + the warm-up and calls).
     Raises what the cell would (a cell that cannot run has none)."""
     import torch
 
+    from ssmbench.lm.generate import prefill_forward
     from ssmbench.measure.profile import profile_ops
 
     why = _unavailable(spec)
@@ -686,7 +625,7 @@ def profile_lm_cell(
     ids = ids.to(spec.device)
     with torch.inference_mode():
         if spec.phase == "prefill":
-            fn: Callable = lambda: _prefill_call(lm, ids)  # noqa: E731
+            fn: Callable = lambda: prefill_forward(lm, ids)  # noqa: E731
         else:
             decoder = None
             if spec.backend == "hf-static":

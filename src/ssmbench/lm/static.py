@@ -75,11 +75,11 @@ class StaticDecoder:
         import torch
         from transformers import StaticCache
 
-        from ssmbench.lm.verify import _cache_kwarg
+        from ssmbench.lm.generate import cache_kwarg
 
         self.lm, self.max_cache_len, self.device = lm, max_cache_len, str(device)
         self.cache = StaticCache(config=lm.config, max_cache_len=max_cache_len)
-        self.cache_kwarg = _cache_kwarg(lm)
+        self.cache_kwarg = cache_kwarg(lm)
         # 5.17 indexes the static cache by cache_position; 5.24 keeps its own count
         self.takes_cache_position = "cache_position" in inspect.signature(lm.forward).parameters
         self.cuda = self.device.startswith("cuda")
@@ -149,14 +149,15 @@ def static_tokens_check(
     lm, device: str, seed: int = 0, prompt_len: int = 11, n_new: int = 6, batch: int = 2
 ) -> dict:
     """The hf-static gate, a check row: greedy tokens through a :class:`StaticDecoder`
-    equal the eager loop's (a DynamicCache: :func:`ssmbench.lm.verify.prefill` and
+    equal the eager loop's (a DynamicCache: :func:`ssmbench.lm.generate.prefill` and
     ``decode_step``) for the same random prompt, and so do the logits of every step,
-    under the whole-model rule (:func:`ssmbench.lm.verify.compare_logits`).  The logits
+    under the whole-model rule (:func:`ssmbench.numerics.compare_logits`).  The logits
     matter: a random model's greedy token barely depends on its context (a ci Qwen2.5
     repeats its input whatever the cache holds), so tokens alone miss a lost cache."""
     import torch
 
-    from ssmbench.lm.verify import compare_logits, decode_step, prefill
+    from ssmbench.lm.generate import decode_step, prefill
+    from ssmbench.numerics import compare_logits
 
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(1, lm.config.vocab_size, (batch, prompt_len), generator=gen)

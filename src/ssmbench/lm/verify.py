@@ -2,257 +2,40 @@
 blocks).  :func:`verify_lm` builds a zoo entry with random weights and checks:
 
 1. tokens: greedy ``generate(N)`` gives the tokens of a manual loop (one prefill, then N-1
-   one-token decode steps through the cache, argmax each time);
+   one-token decode steps through the cache, argmax each time: :mod:`ssmbench.lm.generate`);
 2. logits: prefill of the first P tokens, then teacher-forced decode steps, give the full
    forward's logits at positions P-1 .. T-1, within the depth-aware bound of
-   :func:`logits_tolerance` on the relative RMS error (the elementwise allclose of the
-   dtype's row of :data:`ssmbench.numerics.TOLERANCES` is reported beside it,
-   ``allclose_ok``, and does not decide);
+   :func:`ssmbench.numerics.logits_tolerance` on the relative RMS error (the elementwise
+   allclose of the dtype's row of :data:`ssmbench.numerics.TOLERANCES` is reported beside
+   it, ``allclose_ok``, and does not decide);
 3. cache: the cache object's tensors after prefill, by kind (attention KV, SSM conv state,
-   SSM recurrent state), equal the per-class formula of :func:`cache_formula` at two prompt
-   lengths: KV grows linearly with T, the SSM states do not change.
+   SSM recurrent state), equal the per-class formula of
+   :func:`ssmbench.lm.cache.cache_formula` at two prompt lengths: KV grows linearly with
+   T, the SSM states do not change.
 
 The result is JSON-able, shaped like :func:`ssmbench.verify.verify_backend`'s: ``passed``,
 ``checks`` (one row per comparison), ``logits_tolerance`` (the rule the logits check
 ran under, with its basis), ``cache`` and the per-layer ``layers`` report of
 :func:`ssmbench.lm.backends.layer_report` (which implementation each layer ran).
+
+:func:`against_eager` is the check an hf-kernels gate adds: its forward logits against a
+fresh hf-eager process's (:func:`forward_logits` in each).  :func:`verify_zoo` runs
+:func:`verify_lm` on every available entry.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Iterator
+import tempfile
+from pathlib import Path
 
 import torch
 
-from ssmbench.lm.backends import blocked, layer_report, trace_kernels
+from ssmbench.lm import generate
+from ssmbench.lm.backends import blocked, layer_report, run_in_fresh_process, trace_kernels
 from ssmbench.lm.build import build
-from ssmbench.lm.zoo import ModelEntry, entry
-from ssmbench.numerics import TOLERANCES, compare
-
-CACHE_KINDS = ("kv", "conv", "ssm")
-
-# The logits check's rule.  Prefill runs each SSM layer's scan (or chunked) form, decode
-# its recurrent step: the two round differently in every layer, and the residual stream
-# carries each layer's difference on to the logits, so the block gate's elementwise
-# tolerance (made for one block's O(1) outputs) does not hold for a deep model.  Each
-# decoder layer is allowed the block gate's relative tolerance, added linearly over the
-# depth, on the relative RMS error of the logits, which is free of their scale.  Linear,
-# not sqrt(L): at full width the measured error grows faster than sqrt(L) (below).
-# Measured (fp32, CPU, seed 0, batch 2, 11 + 6 tokens; relative RMS error):
-#   Mamba-130m  full width,  2 / 6 / 12 / 24 layers: 1.9e-6 / 3.3e-6 / 2.4e-5 / 3.6e-5
-#   Mamba2-130m full width,  2 / 6 / 12 / 24 layers: 1.4e-6 / 3.3e-6 / 9.4e-6 / 1.0e-5
-#   ci width (64), 2 layers: Mamba 2.7e-7, Mamba-2 4.0e-7, Qwen2.5 2.2e-7
-#   the full gate (verify_lm preset full): Mamba-130m 3.7e-5, Mamba2-130m 1.1e-5
-# so the 24-layer bound (2.4e-3) is 67x Mamba-130m's error, and the ci bound (2e-4) is
-# 500x the ci errors.  Faults at ci size (tests/test_lm_verify.py): a decode that ignores
-# the cache is 0.7 .. 1.1, one layer's conv state or KV zeroed 0.2 .. 0.6 (1000x the
-# bound); one layer's recurrent SSM state alone 4e-3 .. 1.4e-2 (Mamba, Mamba-2), but in
-# a random ci Falcon-H1 that state (~1e-5) is forgotten within the 6 steps, and in
-# Qwen3-Next it moves the logits by 1.5e-4: below any bound above rounding, a limit of
-# random weights that no tolerance can lift.
-LOGITS_RULE = "rel_rms_err <= rtol(dtype) * n_layers"
-LOGITS_BASIS = (
-    "the block gate's relative tolerance (numerics.TOLERANCES) per decoder layer, added "
-    "linearly over depth: prefill's scan/chunked form and decode's recurrent step round "
-    "differently in every layer; measured fp32 CPU: Mamba-130m full (24 layers) 3.6e-5, "
-    "Mamba2-130m full 1.0e-5, ci (2 layers) <= 4e-7"
-)
-
-
-def _cache_kwarg(lm) -> str:
-    """The name under which this transformers version's forward takes the cache (5.24:
-    ``cache``; earlier 5.x: ``past_key_values``, Mamba's ``cache_params``)."""
-    params = inspect.signature(lm.forward).parameters
-    for name in ("cache", "past_key_values", "cache_params"):
-        if name in params:
-            return name
-    raise TypeError(f"{type(lm).__name__}.forward takes no cache argument")
-
-
-def _out_cache(out):
-    for name in ("cache", "past_key_values", "cache_params"):
-        value = getattr(out, name, None)
-        if value is not None:
-            return value
-    raise TypeError(f"{type(out).__name__} returned no cache")
-
-
-@torch.no_grad()
-def prefill(lm, ids: torch.Tensor):
-    """(logits (b, t, vocab), cache) of a forward over ``ids`` that fills a new cache."""
-    out = lm(input_ids=ids, use_cache=True)
-    return out.logits, _out_cache(out)
-
-
-@torch.no_grad()
-def decode_step(lm, token: torch.Tensor, cache):
-    """(logits (b, vocab), cache) of one token (b, 1) through ``cache``."""
-    out = lm(input_ids=token, use_cache=True, **{_cache_kwarg(lm): cache})
-    return out.logits[:, -1], _out_cache(out)
-
-
-@torch.no_grad()
-def manual_greedy(lm, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
-    """Greedy tokens (b, n_new) of a prefill and n_new - 1 decode steps."""
-    logits, cache = prefill(lm, prompt)
-    token = logits[:, -1].argmax(-1, keepdim=True)  # (b, 1)
-    tokens = [token]
-    for _ in range(n_new - 1):
-        logits, cache = decode_step(lm, token, cache)
-        token = logits.argmax(-1, keepdim=True)
-        tokens.append(token)
-    return torch.cat(tokens, dim=1)
-
-
-@torch.no_grad()
-def generate_greedy(lm, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
-    """transformers' greedy ``generate``: the n_new tokens after ``prompt``."""
-    out = lm.generate(
-        input_ids=prompt,
-        attention_mask=torch.ones_like(prompt),
-        max_new_tokens=n_new,
-        min_new_tokens=n_new,  # no stop at a random model's eos
-        do_sample=False,
-        pad_token_id=0,
-    )
-    return out[:, prompt.shape[1] :]
-
-
-def _tensors(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _tensors(v)
-
-
-# the attributes of transformers' cache layers (cache_utils: DynamicLayer keys/values,
-# LinearAttentionLayer conv_states/recurrent_states), by kind
-CACHE_ATTRS = {"keys": "kv", "values": "kv", "conv_states": "conv", "recurrent_states": "ssm"}
-
-
-def cache_tensors(cache) -> Iterator[tuple[int, str, torch.Tensor]]:
-    """(layer index, kind, tensor) of the cache object's non-empty tensors, each once, in
-    layer order."""
-    layers = getattr(cache, "layers", None)
-    if layers is None:
-        raise TypeError(f"{type(cache).__name__} has no per-layer list (`layers`)")
-    seen = set()
-    for index, layer in enumerate(layers):
-        for attr, kind in CACHE_ATTRS.items():
-            for t in _tensors(getattr(layer, attr, None)):
-                if t.numel() == 0 or id(t) in seen:
-                    continue
-                seen.add(id(t))
-                yield index, kind, t
-
-
-def cache_sizes(cache) -> dict[str, dict[str, int]]:
-    """Elements and bytes of the cache object's tensors by kind, each tensor once."""
-    sizes = {kind: {"elements": 0, "bytes": 0} for kind in CACHE_KINDS}
-    for _, kind, t in cache_tensors(cache):
-        sizes[kind]["elements"] += t.numel()
-        sizes[kind]["bytes"] += t.numel() * t.element_size()
-    return sizes
-
-
-def _layer_kinds(config) -> tuple[int, int]:
-    """(attention layers, SSM / linear-attention layers) of a config."""
-    name = type(config).__name__
-    n = config.num_hidden_layers
-    if name in ("MambaConfig", "Mamba2Config"):
-        return 0, n
-    if name == "FalconH1Config":  # attention and Mamba-2 heads side by side in every layer
-        return n, n
-    if name == "Zamba2Config":  # Mamba-2 in every layer, the shared attention at hybrid ones
-        return config.layers_block_type.count("hybrid"), n
-    if name == "Qwen3NextConfig":
-        kinds = config.layer_types
-        return kinds.count("full_attention"), kinds.count("linear_attention")
-    return n, 0  # Qwen2, Llama
-
-
-def cache_formula(config, t: int, batch: int = 1) -> dict[str, int]:
-    """Elements of the cache after a prefill of ``t`` tokens, by kind, from the config:
-
-    kv    2 * attention layers * kv_heads * head_dim * t * batch
-    conv  SSM layers * conv channels * conv kernel * batch   (the last d_conv inputs)
-    ssm   SSM layers * state elements * batch
-
-    with, per class, conv channels and state elements:
-    Mamba       E = expand * D;            conv E,            state E * n
-    Mamba-2     E = expand * D (heads h, head dim p, groups g, state n): conv E + 2 g n,
-                state h * p * n  (Falcon-H1: E = mamba_d_ssm; Zamba2: the mamba_ fields)
-    Qwen3-Next  key heads hk (dim dk), value heads hv (dim dv): conv 2 hk dk + hv dv,
-                state hv * dk * dv
-    """
-    name = type(config).__name__
-    n_attn, n_ssm = _layer_kinds(config)
-    kv = 0
-    if n_attn:
-        heads = config.num_attention_heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        if name == "Zamba2Config":
-            head_dim = config.attention_head_dim  # 2 D / heads: it attends over [x, x_emb]
-        else:
-            head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        kv = 2 * n_attn * kv_heads * head_dim * t * batch
-    conv = ssm = 0
-    if name == "MambaConfig":
-        e = config.intermediate_size
-        conv, ssm = e * config.conv_kernel, e * config.state_size
-    elif name in ("Mamba2Config", "FalconH1Config", "Zamba2Config"):
-        if name == "Mamba2Config":
-            e, h, p = int(config.expand * config.hidden_size), config.num_heads, config.head_dim
-            g, n, k = config.n_groups, config.state_size, config.conv_kernel
-        elif name == "FalconH1Config":
-            e, h, p = config.mamba_d_ssm, config.mamba_n_heads, config.mamba_d_head
-            g, n, k = config.mamba_n_groups, config.mamba_d_state, config.mamba_d_conv
-        else:
-            e = int(config.mamba_expand * config.hidden_size)
-            h, p = config.n_mamba_heads, config.mamba_headdim
-            g, n, k = config.mamba_ngroups, config.mamba_d_state, config.mamba_d_conv
-        conv, ssm = (e + 2 * g * n) * k, h * p * n
-    elif name == "Qwen3NextConfig":
-        hk, dk = config.linear_num_key_heads, config.linear_key_head_dim
-        hv, dv = config.linear_num_value_heads, config.linear_value_head_dim
-        conv, ssm = (2 * hk * dk + hv * dv) * config.linear_conv_kernel_dim, hv * dk * dv
-    return {"kv": kv, "conv": n_ssm * conv * batch, "ssm": n_ssm * ssm * batch}
-
-
-def logits_tolerance(dtype: str, n_layers: int) -> dict:
-    """The logits check's tolerance for a model of ``n_layers`` decoder layers in ``dtype``:
-    the rule, its numbers and its basis (:data:`LOGITS_BASIS`), as the gate records it."""
-    if dtype not in TOLERANCES:
-        raise KeyError(f"no tolerance for dtype {dtype!r}; known: {sorted(TOLERANCES)}")
-    if n_layers < 1:
-        raise ValueError(f"n_layers must be positive, got {n_layers}")
-    rtol = TOLERANCES[dtype][1]
-    return {
-        "rule": LOGITS_RULE,
-        "rtol_per_layer": rtol,
-        "n_layers": n_layers,
-        "bound": rtol * n_layers,
-        "basis": LOGITS_BASIS,
-    }
-
-
-def compare_logits(name: str, ref, out, dtype: str, n_layers: int) -> dict:
-    """The logits check's row: :func:`ssmbench.numerics.compare`'s errors, its elementwise
-    verdict as ``allclose_ok``, and ``ok`` under :func:`logits_tolerance` (a non-finite
-    output fails: its errors are inf)."""
-    comparison = compare(name, ref, out, dtype)
-    tolerance = logits_tolerance(dtype, n_layers)
-    return {
-        **comparison.as_dict(),
-        "allclose_ok": comparison.ok,
-        "ok": comparison.rel_rms_err <= tolerance["bound"],
-        "tolerance": tolerance,
-    }
+from ssmbench.lm.cache import CACHE_KINDS, cache_formula, cache_sizes
+from ssmbench.lm.zoo import ModelEntry, available, entry
+from ssmbench.numerics import compare_logits
 
 
 def _check(name: str, ok: bool, **detail) -> dict:
@@ -280,8 +63,8 @@ def verify_lm(
 
     # 1. greedy generate == the manual loop
     with trace_kernels(lm) as calls:
-        manual = manual_greedy(lm, prompt, n_new)
-    generated = generate_greedy(lm, prompt, n_new)
+        manual = generate.manual_greedy(lm, prompt, n_new)
+    generated = generate.generate_greedy(lm, prompt, n_new)
     checks.append(
         _check(
             "tokens.generate_vs_manual",
@@ -294,10 +77,10 @@ def verify_lm(
     # 2. prefill + teacher-forced decode == full forward at positions P-1 .. T-1
     with torch.no_grad():
         full = lm(input_ids=ids, use_cache=False).logits  # (b, T, vocab)
-    logits, cache = prefill(lm, prompt)
+    logits, cache = generate.prefill(lm, prompt)
     stepped = [logits[:, -1]]
     for i in range(prompt_len, ids.shape[1]):
-        step, cache = decode_step(lm, ids[:, i : i + 1], cache)
+        step, cache = generate.decode_step(lm, ids[:, i : i + 1], cache)
         stepped.append(step)
     stepped = torch.stack(stepped, dim=1)  # (b, n_new, vocab)
     logits_check = compare_logits(
@@ -313,7 +96,7 @@ def verify_lm(
     cache_rows = {}
     for t in (prompt_len, 2 * prompt_len):
         x = torch.randint(1, vocab, (batch, t), generator=gen).to(device)
-        _, cache = prefill(lm, x)
+        _, cache = generate.prefill(lm, x)
         measured = cache_sizes(cache)
         expected = cache_formula(lm.config, t, batch)
         cache_rows[t] = {"measured": measured, "formula_elements": expected}
@@ -362,8 +145,6 @@ def verify_lm(
 
 def verify_zoo(preset: str = "ci", device: str = "cpu", dtype: str = "fp32", seed: int = 0):
     """:func:`verify_lm` of every available entry: {name: result}."""
-    from ssmbench.lm.zoo import available
-
     return {name: verify_lm(name, preset, device, dtype, seed) for name in available()}
 
 
@@ -394,15 +175,11 @@ def forward_logits(
 
 def against_eager(model: str, preset: str, device: str, dtype: str, seed: int) -> dict:
     """This process's forward logits (with the kernels its backend binds) against a fresh
-    hf-eager process's on the same weights and ids, under :func:`logits_tolerance`: the
+    hf-eager process's on the same weights and ids, under
+    :func:`ssmbench.numerics.logits_tolerance`: the
     check an hf-kernels gate adds (``logits.kernels_vs_eager``).  On a GPU the two differ
     by the kernels' accumulation order; a kernel that computes something else is far
     outside the bound."""
-    import tempfile
-    from pathlib import Path
-
-    from ssmbench.lm.backends import run_in_fresh_process
-
     with tempfile.TemporaryDirectory(prefix="ssmbench-eager-") as tmp:
         ref_path, out_path = str(Path(tmp, "eager.pt")), str(Path(tmp, "this.pt"))
         args = dict(model=model, preset=preset, device=device, dtype=dtype, seed=seed)

@@ -9,6 +9,12 @@ samples agree: the relative spread, interquartile range over median, is at or un
 target (a noisy machine keeps sampling until ``max_samples`` or ``max_time_s``).  A cell
 deadline (``timing.timeout_s`` from the cell's start) ends sampling early; the result then
 says ``timed_out`` and keeps the samples taken so far.
+
+:func:`measure` times one callable, :func:`measure_pair` two in alternating rounds.  A
+measurement whose samples come in rounds with untimed work between them (a whole model's
+decode steps, each round from its own copy of one prefill's cache) runs the same loop,
+:class:`SamplingLoop`, with rounds of its own; :func:`synchronize` and :func:`past` are the
+device wait and the deadline test every loop here uses.
 """
 
 from __future__ import annotations
@@ -18,13 +24,24 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ssmbench.errors import CellTimeout
 from ssmbench.matrix import Timing
 
-__all__ = ["CellTimeout", "TimingResult", "deadline_alarm", "measure", "measure_pair"]
+__all__ = [
+    "CellTimeout",
+    "SamplingLoop",
+    "TimingResult",
+    "deadline_alarm",
+    "measure",
+    "measure_pair",
+    "past",
+    "percentile",
+    "relative_spread",
+    "synchronize",
+]
 
 
 @dataclass(frozen=True)
@@ -105,8 +122,8 @@ def measure(
     min_meter_s: float = 0.0,
 ) -> TimingResult:
     """Run ``fn`` ``timing.warmup`` times and for at least ``timing.warmup_s`` seconds
-    untimed, then time it until :func:`_enough` (at least one sample unless the deadline
-    passes first).
+    untimed, then time it until the budget is met (:class:`SamplingLoop`, one call a round;
+    at least one sample unless the deadline passes first).
 
     ``deadline`` is a ``time.monotonic()`` instant after which no call starts; a
     :class:`CellTimeout` raised inside ``fn`` (see :func:`deadline_alarm`) also ends the
@@ -120,33 +137,33 @@ def measure(
     ``meter_calls`` counts every call in the window, ``meter_s`` its wall time.
     """
     start = time.perf_counter()
-    warm = 0
-    samples_ms: list[float] = []
+    loop = SamplingLoop(timing, device)
+    samples_ms = loop.samples_ms
+
+    def one_call():
+        return (fn,)
+
     meter_calls, meter_s = 0, None
     try:
-        while warm < timing.warmup or time.perf_counter() - start < timing.warmup_s:
-            if _past(deadline):
-                return TimingResult([], warm, time.perf_counter() - start, timed_out=True)
-            fn()
-            warm += 1
-        _synchronize(device)
+        if loop.warm_up(one_call, deadline):
+            return TimingResult([], loop.warm, time.perf_counter() - start, timed_out=True)
         if after_warmup is not None:
             after_warmup()
         if meter is not None:
             meter.start()
         window_start = time.perf_counter()
         try:
-            timed_out = _sample(fn, timing, device, deadline, samples_ms)
+            timed_out = loop.sample(one_call, deadline)
             meter_calls = len(samples_ms)
             while (
                 meter is not None
                 and not timed_out
                 and time.perf_counter() - window_start < min_meter_s
-                and not _past(deadline)
+                and not past(deadline)
             ):
                 fn()
                 meter_calls += 1
-                _synchronize(device)
+                synchronize(device)
         finally:
             if meter is not None:
                 meter.stop()
@@ -154,7 +171,7 @@ def measure(
     except CellTimeout:
         return TimingResult(
             samples_ms,
-            warm,
+            loop.warm,
             time.perf_counter() - start,
             timed_out=True,
             meter_calls=max(meter_calls, len(samples_ms)),
@@ -162,7 +179,7 @@ def measure(
         )
     return TimingResult(
         samples_ms,
-        warm,
+        loop.warm,
         time.perf_counter() - start,
         timed_out=timed_out,
         meter_calls=meter_calls,
@@ -170,14 +187,17 @@ def measure(
     )
 
 
-def _synchronize(device: str) -> None:
+def synchronize(device: str) -> None:
+    """Wait until the work queued on ``device`` has run: ``torch.cuda.synchronize()`` on
+    "cuda"; nothing on a CPU, whose calls return when they are done."""
     if device == "cuda":
         import torch
 
         torch.cuda.synchronize()
 
 
-def _past(deadline: float | None) -> bool:
+def past(deadline: float | None) -> bool:
+    """Whether ``time.monotonic()`` has reached ``deadline`` (None: no deadline, never)."""
     return deadline is not None and time.monotonic() >= deadline
 
 
@@ -217,15 +237,54 @@ def _timer(device: str) -> Callable[[Callable[[], object]], float]:
     return once
 
 
-def _sample(fn, timing: Timing, device: str, deadline, samples_ms: list[float]) -> bool:
-    """Append samples to ``samples_ms`` until enough; True if the deadline ended it."""
-    once = _timer(device)
-    begin = time.perf_counter()
-    while not _enough(samples_ms, time.perf_counter() - begin, timing):
-        if _past(deadline):
-            return True
-        samples_ms.append(once(fn))
-    return False
+Round = Callable[[], Iterable[Callable[[], object]]]
+
+
+class SamplingLoop:
+    """Warm-up, then samples until the budget is met, one sampled measurement's loop.
+
+    The work comes in rounds: ``new_round()`` does whatever must precede a round, untimed,
+    and returns the round's calls, run (warm-up) or timed one by one (sampling), each a
+    sample of its own.  :func:`measure`'s round is one call of its function; a whole
+    model's decode (:mod:`ssmbench.lm.cell`) makes each round a fresh copy of one
+    prefill's cache and returns its N - 1 steps.  The loop keeps what it has done in
+    :attr:`warm` (calls run in the warm-up) and :attr:`samples_ms` (one per timed call, in
+    milliseconds: CUDA events on a GPU, the host's monotonic clock on a CPU), so a caller
+    interrupted by :class:`CellTimeout` still reads them.  Rounds are whole: the budget is
+    checked between rounds, the deadline before every call."""
+
+    def __init__(self, timing: Timing, device: str = "cpu"):
+        self.timing, self.device = timing, device
+        self.warm = 0
+        self.samples_ms: list[float] = []
+        self._once = _timer(device)
+
+    def warm_up(self, new_round: Round, deadline: float | None = None) -> bool:
+        """Run rounds untimed until ``timing.warmup`` calls and ``timing.warmup_s``
+        seconds are done, then :func:`synchronize`; True (and no wait) if ``deadline``
+        (None: none checked) ended it first."""
+        start = time.perf_counter()
+        while self.warm < self.timing.warmup or time.perf_counter() - start < self.timing.warmup_s:
+            for call in new_round():
+                if past(deadline):
+                    return True
+                call()
+                self.warm += 1
+        synchronize(self.device)
+        return False
+
+    def sample(self, new_round: Round, deadline: float | None = None) -> bool:
+        """Time rounds' calls into :attr:`samples_ms` until the budget is met: at least
+        ``min_samples`` and ``min_time_s``, and, with ``target_spread`` set, a relative
+        spread at or under it; at most ``max_samples`` or ``max_time_s`` (once there is a
+        sample).  True if ``deadline`` ended it first."""
+        begin = time.perf_counter()
+        while not _enough(self.samples_ms, time.perf_counter() - begin, self.timing):
+            for call in new_round():
+                if past(deadline):
+                    return True
+                self.samples_ms.append(self._once(call))
+        return False
 
 
 def measure_pair(
@@ -252,15 +311,15 @@ def measure_pair(
     timed_out = False
     try:
         while warm < timing.warmup or time.perf_counter() - start < timing.warmup_s:
-            if _past(deadline):
+            if past(deadline):
                 timed_out = True
                 break
             fns[0](), fns[1]()
             warm += 1
-        _synchronize(device)
+        synchronize(device)
         begin = time.perf_counter()
         while not timed_out and not _enough_rounds(samples, time.perf_counter() - begin, timing):
-            if _past(deadline):
+            if past(deadline):
                 timed_out = True
                 break
             order = (0, 1) if len(samples[0]) % 2 == 0 else (1, 0)
