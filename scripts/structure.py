@@ -4,8 +4,9 @@
 
 Reads every module of the package with ``ast`` (nothing is imported) and prints:
 
-- units: the package's top-level modules and subpackages (``config``, ``models/``, ...),
-  the rows of the library table in docs/ARCHITECTURE.md;
+- units: the rows of the library table in docs/ARCHITECTURE.md (a module, a subpackage,
+  or a module of one that the table lists on its own, such as ``lm/matrix``), and any
+  top-level module or subpackage it does not list;
 - edges: unit A imports unit B at module level (imports inside functions are lazy, and
   listed apart);
 - levels: the longest chain of module-level imports below each unit (0: imports none);
@@ -79,14 +80,6 @@ def _parents(tree, target):
         for child in ast.iter_child_nodes(node):
             stack.append((child, [*chain, node]))
     return []
-
-
-def unit(name: str) -> str:
-    """The top-level unit of a dotted module name: ``models/`` for ssmbench.models.mamba."""
-    parts = name.split(".")
-    if len(parts) < 2:
-        return parts[0]
-    return parts[1]
 
 
 def table_order(doc: Path) -> list[str]:
@@ -172,6 +165,18 @@ def main(argv: list[str] | None = None) -> None:
                 if target in modules and target != name:
                     kind[name].add(target)
     module_graph = {m: top_edges.get(m, set()) for m in modules}
+    order = table_order(Path(args.doc))
+    listed = set(order)
+
+    def unit(name: str) -> str:
+        """The library table's row of a module: the most specific name it lists
+        (``lm/matrix`` before ``lm/``), else the top-level module or subpackage."""
+        parts = name.split(".")[1:]
+        for n in range(len(parts), 0, -1):
+            if "/".join(parts[:n]) in listed:
+                return "/".join(parts[:n])
+        return parts[0] if parts else PACKAGE
+
     unit_graph: dict[str, set[str]] = defaultdict(set)
     for a, targets in module_graph.items():
         for b in targets:
@@ -183,7 +188,6 @@ def main(argv: list[str] | None = None) -> None:
     unit_graph.pop(PACKAGE, None)
     for targets in unit_graph.values():
         targets.discard(PACKAGE)
-    order = table_order(Path(args.doc))
     position = {u: i for i, u in enumerate(order)}
     upward = sorted(
         (a, b)

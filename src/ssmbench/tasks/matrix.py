@@ -17,6 +17,7 @@ import yaml
 
 from ssmbench import registry
 from ssmbench.errors import ConfigError
+from ssmbench.schemas import schema_errors
 
 TASKS_YAML = Path(__file__).resolve().parents[3] / "config" / "tasks.yaml"
 TASK_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "task.schema.yaml"
@@ -172,7 +173,6 @@ def check_spec(task: str, spec: dict, budget: dict, where: str, path=TASKS_YAML)
     split's parameters by its generator on one row (the rules across keys).  The
     message names the budget's key where the budget set the value, else the tasks.yaml
     entry."""
-    from ssmbench.config import schema_errors
 
     errors = schema_errors(TASK_SCHEMA, spec)
     if errors:
