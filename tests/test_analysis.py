@@ -10,7 +10,7 @@ import pytest
 
 from ssmbench import analysis, figures, tables
 from tests.conftest import make_record, paired_record, sampled_record
-from tests.test_figures import FAMILIES, LENGTHS, graph_cells, synthetic_cells
+from tests.figures.test_figures import FAMILIES, LENGTHS, graph_cells, synthetic_cells
 
 
 def go_no_go_cells(attention_ms=2.0):

@@ -74,7 +74,7 @@ def test_auto_picks_the_cuda_preset_when_cuda_and_run_override():
 
 
 def test_every_shipped_preset_passes_every_check():
-    """The checks refuse what cannot run (tests/test_bad_input.py), not a preset we ship:
+    """The checks refuse what cannot run (tests/workflow/test_bad_input.py), not a preset we ship:
     each plans, its paired timing merged over its own, its caps above the floors."""
     for name, preset in BASE["presets"].items():
         plan = sbconfig.plan(cfg(preset=name), cuda=False)

@@ -51,7 +51,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 #   ci width (64), 2 layers: Mamba 2.7e-7, Mamba-2 4.0e-7, Qwen2.5 2.2e-7
 #   the full gate (verify_lm preset full): Mamba-130m 3.7e-5, Mamba2-130m 1.1e-5
 # so the 24-layer bound (2.4e-3) is 67x Mamba-130m's error, and the ci bound (2e-4) is
-# 500x the ci errors.  Faults at ci size (tests/test_lm_verify.py): a decode that ignores
+# 500x the ci errors.  Faults at ci size (tests/lm/test_verify.py): a decode that ignores
 # the cache is 0.7 .. 1.1, one layer's conv state or KV zeroed 0.2 .. 0.6 (1000x the
 # bound); one layer's recurrent SSM state alone 4e-3 .. 1.4e-2 (Mamba, Mamba-2), but in
 # a random ci Falcon-H1 that state (~1e-5) is forgotten within the 6 steps, and in

@@ -8,9 +8,9 @@ import pytest
 
 from ssmbench import ops
 from ssmbench.models import build_model
-from tests.test_attention import attention_inputs
-from tests.test_mamba import scan_inputs
-from tests.test_models import SMALL_SIZE
+from tests.models.test_attention import attention_inputs
+from tests.models.test_mamba import scan_inputs
+from tests.models.test_models import SMALL_SIZE
 
 
 def test_unknown_backend_raises():

@@ -28,7 +28,7 @@ from ssmbench.models.mamba3 import (
 from ssmbench.numerics import assert_close, to_numpy
 from ssmbench.reference import ssd as reference_ssd
 from ssmbench.reference.mamba3 import mamba3 as reference_mamba3
-from tests import triton_cpu
+from tests.models import triton_cpu
 
 # (b, t, h, g, p, n, r): T = 1, lengths that no chunk size below divides, odd head dims,
 # odd n (its last channel is not rotated), partial (r < n/2) and full (r = n/2) rotation
@@ -549,7 +549,7 @@ def test_mixer_matches_mamba_ssm_module(mamba_ssm_worker, shape):
     -softplus(dd_A) floored, dt, its Triton RMSNorm of B and C, its rearranges, out_proj)
     and its Triton kernels ``angle_dt_fwd`` and ``mamba3_siso_fwd`` (chunked, with the
     biases, rotation, trapezoid, D and the z gate) under the Triton interpreter on CPU
-    tensors, with two changes the interpreter forces (tests/triton_cpu.py and
+    tensors, with two changes the interpreter forces (tests/models/triton_cpu.py and
     :func:`_combined_in_float32`): its four PTX approximations (cos, sin, tanh, sech^2)
     computed exactly, and the kernels fed float32 instead of bf16.  Its decode ``step``
     (a CuteDSL kernel) and its backward are not compared; the final states come from its

@@ -13,7 +13,7 @@ from ssmbench.tasks.base import IGNORE, PAD, DataUnavailable
 from ssmbench.tasks.data import GENERATORS, make
 from ssmbench.tasks.imdb import UNK, load_imdb
 
-TINY = Path(__file__).parent / "data" / "imdb-tiny"
+TINY = Path(__file__).parents[1] / "data" / "imdb-tiny"
 
 # The case study's splits (its configs' data blocks), one per generator
 STUDY = {

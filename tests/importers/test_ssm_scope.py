@@ -532,7 +532,7 @@ def test_throughput_figure_has_a_panel_per_phase(synthetic):
 
 def test_figures_of_our_own_runs_colour_by_model_name():
     """Our tables have no family column: the model name is the family."""
-    from tests.test_figures import synthetic_cells
+    from tests.figures.test_figures import synthetic_cells
 
     cells = synthetic_cells()
     for name in ("ttft_tpot_crossover", "throughput"):

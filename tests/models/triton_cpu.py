@@ -2,7 +2,7 @@
 
 Test-side only.  :func:`install` must run in a fresh process before fla or mamba_ssm is
 imported: ``TRITON_INTERPRET`` is read when ``@triton.jit`` decorates a kernel, i.e. when
-the kernel's module is imported.  The stubs patch that process only; tests/test_fused.py
+the kernel's module is imported.  The stubs patch that process only; tests/models/test_fused.py
 runs its kernel checks in a spawned worker that calls :func:`install` first.
 """
 
@@ -96,10 +96,10 @@ def exact_mamba3_helpers() -> None:
     cannot run (NotImplementedError).  The kernel modules import those helpers by name,
     and the interpreter calls a kernel as Python with its module's globals, so each name
     is rebound, in every kernel module that has it, to the exact Triton function of
-    tests/triton_exact.py.  Everything else in the kernels (the TMA descriptors included)
+    tests/models/triton_exact.py.  Everything else in the kernels (the TMA descriptors included)
     runs as written.  Call after :func:`install` (the functions are jitted on import)."""
     from ssmbench.models import kernels
-    from tests import triton_exact
+    from tests.models import triton_exact
 
     for name in ("utils", "angle_dt", "mamba3_siso_fwd", "mamba3_siso_bwd", "mamba3_siso_step"):
         module = kernels.mamba_ssm_module(f"ops.triton.mamba3.{name}")

@@ -3,7 +3,7 @@ the kernels of mamba_ssm and fla through our wrappers against the float64 refere
 every unavailable path.
 
 On a CPU the Triton kernels run under the Triton interpreter, in a spawned worker process
-(``interpreter`` fixture) that turns it on and applies the stubs of tests/triton_cpu.py
+(``interpreter`` fixture) that turns it on and applies the stubs of tests/models/triton_cpu.py
 before it imports a kernel: the interpreter must be on when the kernels' modules are
 imported, and neither the setting nor the stubs may leak into the other tests.  The worker
 also fills every ``torch.empty`` buffer with NaN, so a kernel that reads memory it never
@@ -33,7 +33,7 @@ from ssmbench.models import FAMILIES, attention, deltanet, kernels, mamba, mamba
 from ssmbench.models.common import BackendUnavailable
 from ssmbench.numerics import Comparison, compare, to_numpy
 from ssmbench.verify import compare_phase
-from tests import triton_cpu
+from tests.models import triton_cpu
 
 CHECK_TIMEOUT_S = 300  # per check in the worker; each takes a few seconds on 2 cores
 CUDA = torch.cuda.is_available()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAMILY = re.compile(
     r"^(?P<family>\w+)\s+T=64 naive_ms=\s*(?P<naive>[\d.]+) torch_ms=\s*(?P<torch>[\d.]+) "
     r"speedup=\s*(?P<speedup>[\d.]+)x \[95% CI (?P<lo>[\d.]+)-(?P<hi>[\d.]+)\] "

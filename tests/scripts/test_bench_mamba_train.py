@@ -19,7 +19,7 @@ from ssmbench.models import build_model, mamba
 from ssmbench.models.common import CausalConv1d
 from ssmbench.numerics import assert_close
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "bench_mamba_train.py"
 
 LINE = re.compile(

@@ -1,5 +1,5 @@
 """Exact Triton stand-ins for the PTX approximations of mamba_ssm's Mamba-3 kernels, for the
-Triton interpreter (tests/triton_cpu.py's ``exact_mamba3_helpers``).  Test-side only; import
+Triton interpreter (tests/models/triton_cpu.py's ``exact_mamba3_helpers``).  Test-side only; import
 after ``triton_cpu.install()``: a kernel is jitted for the interpreter when its module is
 imported.  Triton needs ``triton.language`` among a jitted function's globals, hence a
 module of its own."""

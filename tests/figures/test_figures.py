@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -18,6 +17,7 @@ from ssmbench import claims as ledger
 from ssmbench.config import FigureSpec
 from ssmbench.figures import style
 from ssmbench.figures.utilization import CACHE_RESIDENT_LABEL
+from ssmbench.paths import REPO
 from ssmbench.tasks import table as task_table
 from tests.conftest import NOTEBOOKS, draw_notebook, make_record
 
@@ -478,7 +478,7 @@ def test_claims_figure_lists_every_claim_with_its_verdict(tmp_path):
 # ---------------------------------------------------------------------------------------
 # Every figure, from an empty table of its kind and from the shipped precollected run.
 
-PRECOLLECTED = Path(__file__).resolve().parent.parent / "results/precollected/cpu/tables"
+PRECOLLECTED = REPO / "results/precollected/cpu/tables"
 # the task figures' tables are a run with tasks' (the shipped tasks-cpu run)
 PRECOLLECTED_TASKS = PRECOLLECTED.parent.parent / "tasks-cpu" / "tables"
 # The columns of each kind of table a figure reads (ssmbench.registry.FIGURES).

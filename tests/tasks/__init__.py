@@ -1,0 +1,1 @@
+"""Tests of ssmbench.tasks."""
