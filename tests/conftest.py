@@ -1,9 +1,18 @@
-"""Shared fixtures: a copy of the workflow in a temporary directory, a Snakemake runner, one
-torch thread, where the seed studies' published data lives, and builders of valid records."""
+"""Shared fixtures: copies of the workflow and finished runs of the presets the suite
+needs (one per session each), a Snakemake runner, one torch thread, where the seed
+studies' published data lives, and builders of valid records.
+
+Every test that starts Snakemake takes its workflow from :func:`pristine_workflow` (the
+workflow copied once per session, without shipped runs), directly or through another
+fixture; :func:`pytest_collection_modifyitems` marks each such test ``slow``, so
+``make test-fast`` (``-m "not slow"``) leaves it out, and :func:`snakemake` refuses to
+start Snakemake for a test that is not marked so (no test is marked slow by hand for it).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +21,23 @@ import pytest
 
 from ssmbench.paths import REPO
 from ssmbench.scripting import copy_workflow
+
+# the fixture every workflow copy comes from: a test that takes it (however indirectly)
+# starts Snakemake, and is slow
+WORKFLOW_FIXTURE = "pristine_workflow"
+_RUNNING: dict[str, pytest.Item | None] = {"item": None}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` every test whose fixtures include the pristine workflow."""
+    for item in items:
+        if WORKFLOW_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_setup(item):
+    _RUNNING["item"] = item
+
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 # The seed studies' published data: ../shared/anchors beside the repository, or
@@ -32,7 +58,15 @@ def one_thread():
 
 
 def snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int = 900):
-    """Run Snakemake in ``workdir``; return the CompletedProcess (never raises on failure)."""
+    """Run Snakemake in ``workdir``; return the CompletedProcess (never raises on failure).
+    Refused for a test that is not marked slow: its workflow must come from a fixture over
+    :func:`pristine_workflow`, which marks it."""
+    item = _RUNNING["item"]
+    if item is not None and item.get_closest_marker("slow") is None:
+        raise AssertionError(
+            f"{item.nodeid} starts Snakemake without a workflow fixture (pristine_workflow, "
+            "workflow_copy, new_workflow, or a finished run's): take one, and it is marked slow"
+        )
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [SNAKEMAKE, "--cores", "2", *args],
@@ -74,19 +108,65 @@ def succeeded(out: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return out
 
 
+@pytest.fixture(scope="session")
+def pristine_workflow(tmp_path_factory) -> Path:
+    """The workflow as a clean clone holds it, without shipped runs, copied once per
+    session: every other copy is a copy of this one."""
+    return copy_workflow(tmp_path_factory.mktemp("pristine") / "wf", precollected=False)
+
+
+def clone(pristine: Path, dest: Path, shipped=()) -> Path:
+    """A copy of the pristine workflow at ``dest`` with the shipped runs ``shipped``
+    (names under results/precollected/: only those a test reads)."""
+    shutil.copytree(pristine, dest, symlinks=True)
+    for run in shipped:
+        shipped_run = Path("results") / "precollected" / run
+        shutil.copytree(REPO / shipped_run, dest / shipped_run)
+    return dest
+
+
 @pytest.fixture
-def workflow_copy(tmp_path: Path) -> Path:
-    return copy_workflow(tmp_path / "wf")
+def new_workflow(pristine_workflow, tmp_path):
+    """``new_workflow(shipped=("cpu",), name="wf")``: a fresh copy of the workflow in the
+    test's temporary folder, with the shipped runs named."""
+    return lambda shipped=(), name="wf": clone(pristine_workflow, tmp_path / name, shipped)
+
+
+@pytest.fixture
+def workflow_copy(new_workflow) -> Path:
+    """A fresh copy of the workflow, without shipped runs."""
+    return new_workflow()
+
+
+def finished_run(pristine: Path, dest: Path, preset: str, timeout: int = 1200):
+    """A copy of the workflow at ``dest`` and the finished run of ``preset`` in it:
+    (workflow, Snakemake's CompletedProcess); fails the tests that need it when the run
+    fails."""
+    wf = clone(pristine, dest)
+    out = succeeded(snakemake(wf, "--config", f"preset={preset}", timeout=timeout))
+    return wf, out
+
+
+# The finished runs of the presets the suite reads, each made once per session and kept
+# with its outputs and logs; a test that changes one works on its own copy.
 
 
 @pytest.fixture(scope="session")
-def ci_run(tmp_path_factory) -> Path:
-    """One finished `ci` run in a temporary copy of the workflow, shared by every slow test
-    that reads a run (the workflow, the report)."""
-    wf = copy_workflow(tmp_path_factory.mktemp("ci") / "wf")
-    out = snakemake(wf, "--config", "preset=ci")
-    assert out.returncode == 0, f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
-    return wf
+def ci_run(pristine_workflow, tmp_path_factory) -> Path:
+    """The finished ``ci`` run (block cells): the workflow folder."""
+    return finished_run(pristine_workflow, tmp_path_factory.mktemp("ci") / "wf", "ci")[0]
+
+
+@pytest.fixture(scope="session")
+def lm_ci_run(pristine_workflow, tmp_path_factory):
+    """The finished ``lm-ci`` run (whole models): (workflow, Snakemake's output)."""
+    return finished_run(pristine_workflow, tmp_path_factory.mktemp("lm") / "wf", "lm-ci")
+
+
+@pytest.fixture(scope="session")
+def tasks_ci_run(pristine_workflow, tmp_path_factory):
+    """The finished ``tasks-ci`` run (the quality axis): (workflow, Snakemake's output)."""
+    return finished_run(pristine_workflow, tmp_path_factory.mktemp("tasks") / "wf", "tasks-ci")
 
 
 # Record builders: valid records of small cells, with the fields a test changes.

@@ -280,7 +280,6 @@ def tiny_preset(wf: Path, **timing) -> list[str]:
     return ["results/tiny/tables/cells.csv", "--config", "preset=tiny"]
 
 
-@pytest.mark.slow
 def test_a_matrix_of_timeouts_exits_non_zero_with_its_summary(workflow_copy):
     # timeout_s is checked only to be positive: at 1 ms every cell times out
     out = snakemake(workflow_copy, *tiny_preset(workflow_copy, timeout_s=0.001))
@@ -307,7 +306,6 @@ tempfile.mkstemp = mkstemp
 """
 
 
-@pytest.mark.slow
 def test_a_full_disk_stops_the_run_before_the_next_cell(workflow_copy, tmp_path):
     fake = tmp_path / "fake"
     fake.mkdir()

@@ -351,7 +351,6 @@ def damaged_run(ci_run, tmp_path_factory):
     )
 
 
-@pytest.mark.slow
 def test_a_damaged_run_heals_in_one_rerun(damaged_run):
     r = damaged_run
     assert r.out.returncode == 0, r.out.stderr[-4000:]
@@ -374,7 +373,6 @@ def test_a_damaged_run_heals_in_one_rerun(damaged_run):
             records.read_record(path)
 
 
-@pytest.mark.slow
 def test_healing_never_remeasures_or_deletes_a_good_record(damaged_run):
     r = damaged_run
     changed = [
@@ -386,7 +384,6 @@ def test_healing_never_remeasures_or_deletes_a_good_record(damaged_run):
     assert r.out.stderr.count("rule bench:") == len(r.damaged)
 
 
-@pytest.mark.slow
 def test_the_tables_refresh_with_every_remade_record(damaged_run):
     import pandas as pd
 
@@ -488,7 +485,6 @@ def test_a_cell_whose_p95_is_below_its_median_is_refused_where_it_is_read(tmp_pa
         heal._cell(path.read_bytes(), str(path))
 
 
-@pytest.mark.slow
 def test_a_failed_aggregate_keeps_the_previous_tables(ci_run, tmp_path):
     """The tables are replaced only by a whole new set: an aggregate that fails (here on
     a claims ledger that is not YAML) leaves the previous tables, each with its sidecar,

@@ -283,36 +283,33 @@ def test_a_live_aggregate_refuses_a_record_unlike_its_sidecar(run_dir, tmp_path,
     assert f"{record}: expected sha256 {expected}" in (tampered / "aggregate.log").read_text()
 
 
-@pytest.mark.slow
-def test_precollected_figures_wait_for_the_check_and_record_the_manifest(workflow_copy):
+def test_precollected_figures_wait_for_the_check_and_record_the_manifest(new_workflow):
     """A tampered table stops the run before any figure; an intact run's figure records
     the sha256 of the manifest it was verified against."""
     if "cpu" not in SHIPPED:
         pytest.skip(f"no shipped run at {PRECOLLECTED / 'cpu'}")
-    run_dir = workflow_copy / "results" / "precollected" / "cpu"
-    for other in sorted(run_dir.parent.iterdir()):  # the cpu run alone: its figures are drawn
-        if other.is_dir() and other != run_dir:  # or refused here; no other run's add minutes
-            shutil.rmtree(other)
+    wf = new_workflow(shipped=("cpu",))  # the cpu run alone: its figures are drawn
+    run_dir = wf / "results" / "precollected" / "cpu"
     table = run_dir / TABLE
     saved = table.read_bytes()
     expected, found = flip_a_byte(table)
-    out = snakemake(workflow_copy, "--config", "source=precollected")
+    out = snakemake(wf, "--config", "source=precollected")
     assert out.returncode != 0
-    assert f"{table.relative_to(workflow_copy)}: expected sha256 {expected}" in out.stderr
+    assert f"{table.relative_to(wf)}: expected sha256 {expected}" in out.stderr
     assert f"found {found}" in out.stderr
-    assert not (workflow_copy / "figures" / "precollected" / "cpu").exists()  # none of its
+    assert not (wf / "figures" / "precollected" / "cpu").exists()  # none of its
 
     table.write_bytes(saved)
     figure = paths.figure("cpu", "roofline", "png", "precollected")
-    out = snakemake(workflow_copy, figure, "--config", "source=precollected")
+    out = snakemake(wf, figure, "--config", "source=precollected")
     assert out.returncode == 0, out.stderr[-3000:]
-    prov = json.loads((workflow_copy / paths.prov(figure)).read_text())
+    prov = json.loads((wf / paths.prov(figure)).read_text())
     manifest = f"results/precollected/cpu/{MANIFEST}"
     assert prov["precollected"] == {
         "manifest": manifest,
-        "manifest_sha256": sha256(workflow_copy / manifest),
+        "manifest_sha256": sha256(wf / manifest),
     }
-    assert prov["inputs"][paths.verified("cpu")] == sha256(workflow_copy / paths.verified("cpu"))
+    assert prov["inputs"][paths.verified("cpu")] == sha256(wf / paths.verified("cpu"))
 
 
 def test_nothing_on_the_check_imports_torch(run_dir):

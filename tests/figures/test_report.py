@@ -20,8 +20,6 @@ import pytest
 from ssmbench import config as sbconfig
 from tests.conftest import snakemake
 
-pytestmark = pytest.mark.slow
-
 CI = sbconfig.plan(sbconfig.load(overrides={"preset": "ci"}))
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NO_CHROMIUM = "chromium not installed (Debian: apt-get install -y chromium)"

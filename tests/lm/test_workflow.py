@@ -9,30 +9,20 @@ import json
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from ssmbench import config as sbconfig
 from ssmbench import paths
 from ssmbench.lm import zoo
 from ssmbench.lm.table import read_lm_table
 from ssmbench.provenance import check
-from tests.conftest import copy_workflow, snakemake, succeeded
-
-pytestmark = pytest.mark.slow
+from tests.conftest import snakemake, succeeded
 
 PLAN = sbconfig.plan(sbconfig.load(overrides={"preset": "lm-ci"}))
 RUN = PLAN.run
 
 
-@pytest.fixture(scope="module")
-def lm_run(tmp_path_factory):
-    wf = copy_workflow(tmp_path_factory.mktemp("lm") / "wf", precollected=False)
-    out = succeeded(snakemake(wf, "--config", "preset=lm-ci", timeout=1200))
-    return wf, out
-
-
-def test_every_cell_is_a_row_measured_or_saying_why_not(lm_run):
-    wf, out = lm_run
+def test_every_cell_is_a_row_measured_or_saying_why_not(lm_ci_run):
+    wf, out = lm_ci_run
     table = read_lm_table(wf / paths.table(RUN, "lm.csv"))
     assert len(table) == len(PLAN.lm.cells)
     unavailable = {name for name, e in zoo.entries().items() if e.unavailable}
@@ -51,8 +41,8 @@ def test_every_cell_is_a_row_measured_or_saying_why_not(lm_run):
     assert f"ssm-bench: {RUN}: {len(PLAN.lm.cells)} cells:" in out.stderr
 
 
-def test_each_gate_ran_once_and_the_cells_carry_its_verdict(lm_run):
-    wf, _ = lm_run
+def test_each_gate_ran_once_and_the_cells_carry_its_verdict(lm_ci_run):
+    wf, _ = lm_ci_run
     gates = sorted((wf / "results" / RUN / "lm-verify").rglob("*.json"))
     gates = [g for g in gates if not g.name.endswith(".prov.json")]
     assert len(gates) == len(PLAN.lm.verified)
@@ -68,8 +58,8 @@ def test_each_gate_ran_once_and_the_cells_carry_its_verdict(lm_run):
             assert gate["status"] == "unavailable"
 
 
-def test_the_profile_and_the_claims_are_tables_of_their_own(lm_run):
-    wf, _ = lm_run
+def test_the_profile_and_the_claims_are_tables_of_their_own(lm_ci_run):
+    wf, _ = lm_ci_run
     ops = pd.read_csv(wf / paths.table(RUN, "lm_ops.csv"))
     assert set(ops.model) == {c.model for c in PLAN.lm.profiled}
     ok = ops[ops.status == "ok"]
@@ -78,8 +68,8 @@ def test_the_profile_and_the_claims_are_tables_of_their_own(lm_run):
     assert len(claims) > 0 and claims.verdict.notna().all()
 
 
-def test_every_figure_is_drawn_with_its_provenance(lm_run):
-    wf, _ = lm_run
+def test_every_figure_is_drawn_with_its_provenance(lm_ci_run):
+    wf, _ = lm_ci_run
     for figure in PLAN.figures:
         for ext in paths.FIGURE_EXTS:
             path = wf / paths.figure(RUN, figure, ext)
@@ -89,8 +79,8 @@ def test_every_figure_is_drawn_with_its_provenance(lm_run):
         check(str(wf / paths.table(RUN, name)))
 
 
-def test_a_damaged_record_is_moved_aside_and_only_its_cell_reruns(lm_run):
-    wf, _ = lm_run
+def test_a_damaged_record_is_moved_aside_and_only_its_cell_reruns(lm_ci_run):
+    wf, _ = lm_ci_run
     cell = next(c for c in PLAN.lm.cells if c.model == "mamba2-130m" and c.phase == "decode")
     damaged = wf / paths.lm_cell_record(RUN, cell)
     others = [wf / paths.lm_cell_record(RUN, c) for c in PLAN.lm.cells if c != cell]

@@ -10,28 +10,18 @@ import json
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from ssmbench import config as sbconfig
 from ssmbench import paths, registry
 from ssmbench.provenance import check
-from tests.conftest import copy_workflow, snakemake, succeeded
-
-pytestmark = pytest.mark.slow
+from tests.conftest import snakemake, succeeded
 
 PLAN = sbconfig.plan(sbconfig.load(overrides={"preset": "tasks-ci"}))
 RUN = PLAN.run
 
 
-@pytest.fixture(scope="module")
-def tasks_run(tmp_path_factory):
-    wf = copy_workflow(tmp_path_factory.mktemp("tasks") / "wf", precollected=False)
-    out = succeeded(snakemake(wf, "--config", "preset=tasks-ci", timeout=1200))
-    return wf, out
-
-
-def test_every_task_job_left_a_record_with_its_sidecar(tasks_run):
-    wf, out = tasks_run
+def test_every_task_job_left_a_record_with_its_sidecar(tasks_ci_run):
+    wf, out = tasks_ci_run
     for cell in PLAN.tasks.cells:
         path = wf / paths.task_record(RUN, cell)
         check(path)  # its sidecar vouches for it
@@ -43,8 +33,8 @@ def test_every_task_job_left_a_record_with_its_sidecar(tasks_run):
     assert f"ssm-bench: {RUN}:" in out.stderr
 
 
-def test_tasks_csv_has_every_job_split_and_metric(tasks_run):
-    wf, _ = tasks_run
+def test_tasks_csv_has_every_job_split_and_metric(tasks_ci_run):
+    wf, _ = tasks_ci_run
     table = pd.read_csv(wf / paths.table(RUN, "tasks.csv"), keep_default_na=False, na_values=[""])
     headline = table[table.headline]
     per_task = {t: len(PLAN.tasks.spec(t)["data"]["evals"]) for t in PLAN.tasks.specs}
@@ -54,8 +44,8 @@ def test_tasks_csv_has_every_job_split_and_metric(tasks_run):
     assert set(table[table.task == "imdb"].metric) == {"accuracy", "auc", "loss"}
 
 
-def test_the_study_s_claims_are_judged_on_the_run_s_seeds(tasks_run):
-    wf, _ = tasks_run
+def test_the_study_s_claims_are_judged_on_the_run_s_seeds(tasks_ci_run):
+    wf, _ = tasks_ci_run
     claims = pd.read_csv(wf / paths.table(RUN, "claims.csv"), keep_default_na=False)
     ours = claims[claims.id == "ssmbench-parity-attention"].iloc[0]
     assert ours.verdict in ("reproduced", "contradicted")
@@ -66,8 +56,8 @@ def test_the_study_s_claims_are_judged_on_the_run_s_seeds(tasks_run):
     assert s4d.verdict == "not comparable here" and "no ok parity/s4d runs" in s4d.why
 
 
-def test_the_figure_tables_join_the_study_and_the_families_speed(tasks_run):
-    wf, _ = tasks_run
+def test_the_figure_tables_join_the_study_and_the_families_speed(tasks_ci_run):
+    wf, _ = tasks_ci_run
     accuracy = pd.read_csv(wf / paths.table(RUN, "task_accuracy.csv"))
     parity = accuracy[(accuracy.task == "parity") & (accuracy.family == "attention")]
     assert len(parity) == 2 and parity.study.notna().all()  # the study's transformer
@@ -81,8 +71,8 @@ def test_the_figure_tables_join_the_study_and_the_families_speed(tasks_run):
         assert set(rows.speed_T) == {32}
 
 
-def test_the_task_figures_are_drawn(tasks_run):
-    wf, _ = tasks_run
+def test_the_task_figures_are_drawn(tasks_ci_run):
+    wf, _ = tasks_ci_run
     for figure in registry.figures_of("tasks"):
         for ext in paths.FIGURE_EXTS:
             path = wf / "figures" / RUN / f"{figure}.{ext}"
@@ -90,14 +80,14 @@ def test_the_task_figures_are_drawn(tasks_run):
             check(path)
 
 
-def test_a_second_run_has_nothing_to_do(tasks_run):
-    wf, _ = tasks_run
+def test_a_second_run_has_nothing_to_do(tasks_ci_run):
+    wf, _ = tasks_ci_run
     out = succeeded(snakemake(wf, "-n", "--config", "preset=tasks-ci"))
     assert "Nothing to be done" in out.stdout + out.stderr
 
 
-def test_a_damaged_record_is_moved_aside_and_only_its_job_reruns(tasks_run):
-    wf, _ = tasks_run
+def test_a_damaged_record_is_moved_aside_and_only_its_job_reruns(tasks_ci_run):
+    wf, _ = tasks_ci_run
     cell = PLAN.tasks.cells[0]
     damaged = wf / paths.task_record(RUN, cell)
     others = [wf / paths.task_record(RUN, c) for c in PLAN.tasks.cells if c != cell]

@@ -23,8 +23,7 @@ from snakemake.utils import update_config
 
 from ssmbench import config as sbconfig
 from ssmbench.paths import REPO
-from ssmbench.scripting import copy_workflow
-from tests.conftest import snakemake
+from tests.conftest import clone, snakemake
 
 # every case starts from the shipped config with the ci preset (preset: auto would pick
 # the gpu preset on a machine with a driver)
@@ -558,11 +557,11 @@ class Refusal:
     workflow: Path
 
 
-def refuse(name: str, root: Path) -> Refusal:
+def refuse(name: str, root: Path, pristine: Path) -> Refusal:
     """Run the workflow on case ``name``: its config as config/config.yaml, its entries
     after --config.  (No shipped runs in the copy: a smaller copy, and no case needs one.)"""
     bad = CASES[name]()
-    wf = copy_workflow(root / name, precollected=False)
+    wf = clone(pristine, root / name)
     (wf / "config" / "config.yaml").write_text(yaml.safe_dump(bad.config))
     before = tree(wf)
     args = ["--config", *bad.cli] if bad.cli else []
@@ -574,7 +573,7 @@ WORKFLOW_TEST = "test_the_workflow_refuses_before_any_job_and_writes_nothing"
 
 
 @pytest.fixture(scope="module")
-def refusals(request, tmp_path_factory) -> dict[str, Refusal]:
+def refusals(request, pristine_workflow, tmp_path_factory) -> dict[str, Refusal]:
     """The selected cases through Snakemake, two at a time: most of a refusal's ~3 s is
     Snakemake starting up, and 40-odd of them in a row would take minutes."""
     names = [
@@ -584,10 +583,15 @@ def refusals(request, tmp_path_factory) -> dict[str, Refusal]:
     ]
     root = tmp_path_factory.mktemp("bad-input")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(names, pool.map(lambda name: refuse(name, root), names), strict=True))
+        return dict(
+            zip(
+                names,
+                pool.map(lambda name: refuse(name, root, pristine_workflow), names),
+                strict=True,
+            )
+        )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", IDS)
 def test_the_workflow_refuses_before_any_job_and_writes_nothing(refusals, name):
     bad, run = CASES[name](), refusals[name]
@@ -614,9 +618,8 @@ def test_a_run_named_by_digits_is_that_name():
     assert sbconfig.plan({**base(), "run": "1.5"}, cuda=False).run == "1.5"  # a file's text
 
 
-@pytest.mark.slow
-def test_the_workflow_takes_typed_command_line_values(tmp_path):
-    wf = copy_workflow(tmp_path / "wf", precollected=False)
+def test_the_workflow_takes_typed_command_line_values(workflow_copy):
+    wf = workflow_copy
     nested = "presets={ci: {timing: {max_time_s: 3.0}}}"
     out = snakemake(wf, "-n", "--config", "preset=ci", "run=123", nested, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -647,10 +650,9 @@ def test_a_config_file_that_is_not_a_mapping_is_refused_naming_the_file(tmp_path
         sbconfig.read_config_file(path)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("where", ["config/config.yaml", "--configfile"])
-def test_the_workflow_refuses_a_config_file_with_a_key_twice(tmp_path, where):
-    wf = copy_workflow(tmp_path / "wf", precollected=False)
+def test_the_workflow_refuses_a_config_file_with_a_key_twice(workflow_copy, tmp_path, where):
+    wf = workflow_copy
     extra = tmp_path / "extra.yaml"
     if where == "--configfile":
         extra.write_text("seed: 1\nseed: 2\n")
@@ -668,9 +670,8 @@ def test_the_workflow_refuses_a_config_file_with_a_key_twice(tmp_path, where):
     assert tree(wf) == before
 
 
-@pytest.mark.slow
-def test_the_workflow_refuses_a_config_file_that_is_a_list(tmp_path):
-    wf = copy_workflow(tmp_path / "wf", precollected=False)
+def test_the_workflow_refuses_a_config_file_that_is_a_list(workflow_copy):
+    wf = workflow_copy
     (wf / "config" / "config.yaml").write_text("- preset\n- ci\n")
     out = snakemake(wf, timeout=120)
     assert out.returncode != 0
@@ -711,9 +712,8 @@ def test_an_unwritable_results_folder_is_refused_in_a_sentence(tmp_path, monkeyp
     outcome.check_writable(["logs"])  # missing, in a folder that can be written: fine
 
 
-@pytest.mark.slow
-def test_the_workflow_refuses_a_read_only_results_folder_before_any_job(tmp_path):
-    wf = copy_workflow(tmp_path / "wf", precollected=False)
+def test_the_workflow_refuses_a_read_only_results_folder_before_any_job(workflow_copy):
+    wf = workflow_copy
     unmount = read_only_mount(wf / "results")
     try:
         out = snakemake(wf, "--config", "preset=ci", timeout=120)

@@ -135,7 +135,6 @@ def test_progress_prices_each_job_by_the_cost_model():
     assert tracked[1].estimate_s == paired_seconds(CI, costs)
 
 
-@pytest.mark.slow  # two cells and their verification: 15-40 s
 def test_a_run_prints_its_cells_done_and_time_left(workflow_copy):
     cells = [
         "results/ci/cells/mamba2/torch/prefill/b1-t32-n4-fp32.json",

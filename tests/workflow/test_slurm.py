@@ -24,8 +24,7 @@ import pytest
 import yaml
 
 from ssmbench.paths import REPO
-from ssmbench.scripting import copy_workflow
-from tests.conftest import SNAKEMAKE, snakemake
+from tests.conftest import SNAKEMAKE, clone, snakemake
 
 SLURM_LOCAL = REPO / "scripts" / "slurm_local.sh"
 # the executor plugin's folder (`make slurm`), on PYTHONPATH for the SLURM runs only
@@ -147,7 +146,7 @@ def sidecars(wf: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def runs(cluster, tmp_path_factory) -> dict:
+def runs(cluster, pristine_workflow, tmp_path_factory) -> dict:
     """The tiny matrix through SLURM (one bench job cancelled mid-run), then again, and
     the same matrix run locally."""
     root = tmp_path_factory.mktemp("slurm")
@@ -155,7 +154,7 @@ def runs(cluster, tmp_path_factory) -> dict:
     tiny.write_text(yaml.safe_dump(TINY))
     # the target first: --set-resources and --config take every word after them
     config = ["--configfile", str(tiny), "--config", "preset=ci"]
-    wf = copy_workflow(root / "wf", precollected=False)
+    wf = clone(pristine_workflow, root / "wf")
     log = root / "slurm-run.log"  # a file, not a pipe nobody reads while we wait
     started = time.monotonic()
     with open(log, "w") as out:
@@ -179,7 +178,7 @@ def runs(cluster, tmp_path_factory) -> dict:
     seconds = time.monotonic() - started
     output = log.read_text()
     again = snakemake(wf, *TARGETS, *CLUSTER_ARGS, *config, env=ON_SLURM, timeout=300)
-    local = copy_workflow(root / "local", precollected=False)
+    local = clone(pristine_workflow, root / "local")
     local_run = snakemake(local, *TARGETS, *config, timeout=600)
     assert local_run.returncode == 0, local_run.stderr[-3000:]
     return dict(
@@ -203,7 +202,7 @@ def dry_run_jobs(text: str) -> dict[str, list[str]]:
     return jobs
 
 
-def test_the_profile_sizes_each_job(tmp_path):
+def test_the_profile_sizes_each_job(workflow_copy, tmp_path):
     """No cluster needed, only the plugin: a dry run through profiles/slurm gives the
     measuring jobs the run's cores and the preset's memory, the rest one core and 2 GB, all
     on the partition named by SSMBENCH_SLURM_PARTITION."""
@@ -211,7 +210,7 @@ def test_the_profile_sizes_each_job(tmp_path):
         pytest.skip(f"no snakemake-executor-plugin-slurm in {PLUGINS} (make slurm)")
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text(yaml.safe_dump(TINY))
-    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    wf = workflow_copy
     env = {**ON_SLURM, "SSMBENCH_SLURM_PARTITION": "short-q"}
     args = ["-n", TARGET, "--workflow-profile", "profiles/slurm", "--configfile", str(tiny)]
     out = snakemake(wf, *args, "--config", "preset=ci", env=env, timeout=300)
@@ -227,13 +226,11 @@ def test_the_profile_sizes_each_job(tmp_path):
     assert "runtime=30" in aggregate and "slurm_partition=short-q" in aggregate
 
 
-@pytest.mark.slow
 def test_the_run_completes_through_slurm(runs):
     assert runs["returncode"] == 0, runs["output"][-5000:]
     assert runs["seconds"] < 240, f"the SLURM run took {runs['seconds']:.0f} s"
 
 
-@pytest.mark.slow
 def test_every_job_ran_as_a_slurm_job_on_the_node(runs):
     found = sidecars(runs["wf"])
     rules = {s["rule"] for s in found}
@@ -247,7 +244,6 @@ def test_every_job_ran_as_a_slurm_job_on_the_node(runs):
     assert local and all(s["slurm_job_id"] is None for s in local)
 
 
-@pytest.mark.slow
 def test_jobs_holding_the_device_asked_slurm_for_one(runs):
     """A job holding `gpu: 1` is submitted with --gpus=1 (SLURM: gres:gpu:1); no other."""
     by_rule = {}
@@ -259,7 +255,6 @@ def test_jobs_holding_the_device_asked_slurm_for_one(runs):
         assert "gres:gpu" not in scontrol_job(job_id), job_id
 
 
-@pytest.mark.slow
 def test_a_cancelled_job_is_resubmitted(runs):
     cancelled = runs["cancelled"]
     assert "JobState=CANCELLED" in scontrol_job(cancelled)
@@ -268,7 +263,6 @@ def test_a_cancelled_job_is_resubmitted(runs):
     assert len(bench) == 2 and cancelled not in {s["slurm_job_id"] for s in bench}
 
 
-@pytest.mark.slow
 def test_the_tables_are_those_of_a_local_run(runs):
     tables = lambda wf: sorted(p.name for p in (wf / "results/ci/tables").iterdir())  # noqa: E731
     assert tables(runs["wf"]) == tables(runs["local"])
@@ -279,7 +273,6 @@ def test_the_tables_are_those_of_a_local_run(runs):
     assert set(on_slurm.status) == {"ok"}
 
 
-@pytest.mark.slow
 def test_the_figure_is_that_of_a_local_run(runs):
     """The figure is drawn from a table of the same cells as the local run's (their
     timings differ, so the pixels do; the rows and statuses may not), on the submit host:
@@ -294,7 +287,6 @@ def test_the_figure_is_that_of_a_local_run(runs):
     assert on_slurm[KEYS + ["status"]].values.tolist() == local[KEYS + ["status"]].values.tolist()
 
 
-@pytest.mark.slow
 def test_a_second_run_has_nothing_to_do(runs):
     again = runs["again"]
     assert again.returncode == 0, again.stderr[-3000:]

@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -15,9 +16,7 @@ from ssmbench import config as sbconfig
 from ssmbench import paths
 from ssmbench.provenance import sha256, write_manifest
 from ssmbench.shipped import precollected_runs
-from tests.conftest import ANCHORS, copy_workflow, snakemake
-
-pytestmark = pytest.mark.slow
+from tests.conftest import ANCHORS, snakemake
 
 CI = sbconfig.plan(sbconfig.load(overrides={"preset": "ci"}))
 
@@ -40,8 +39,22 @@ def test_tables_hold_every_cell_verified_and_measured(ci_run):
     assert (cells.status == "ok").all(), cells[["model", "backend", "status", "reason"]]
     # utilization against the run's own calibration
     device = json.loads((ci_run / "results" / "ci" / "device.json").read_text())
-    assert cells.ceiling_tflops.eq(device["ceilings"]["tflops"]["fp32"]).all()
-    assert (cells.compute_util == cells.tflops / cells.ceiling_tflops).all()
+    ceiling = device["ceilings"]["tflops"]["fp32"]
+    assert cells.ceiling_tflops.eq(ceiling).all()
+    # each unreplicated row from its record, recomputed here from the raw samples
+    for cell in (c for c in CI.cells if c not in CI.headline):
+        record = json.loads((ci_run / paths.cell_record("ci", cell)).read_text())
+        row = cells[
+            (cells.model == cell.model)
+            & (cells.backend == cell.backend)
+            & (cells.phase == cell.phase)
+            & (cells.seq_len == cell.seq_len)
+        ].iloc[0]
+        median = float(np.median(record["samples_ms"]))
+        tflops = record["flop"] / (median / 1e3) / 1e12
+        assert row.time_ms_median == pytest.approx(median, rel=1e-12), cell
+        assert row.tflops == pytest.approx(tflops, rel=1e-9), cell
+        assert row.compute_util == pytest.approx(tflops / ceiling, rel=1e-9), cell
     assert (
         cells.peak_bytes == cells.weights_bytes + cells.cache_bytes + cells.activations_bytes
     ).all()
@@ -50,7 +63,6 @@ def test_tables_hold_every_cell_verified_and_measured(ci_run):
     assert ops.groupby(["model", "seq_len"]).share.sum().round(6).eq(1.0).all()
     assert (cells.time_ms_p95 >= cells.time_ms_median).all()
     assert (cells.flop > 0).all() and (cells.bytes > 0).all()
-    assert (cells.tflops == cells.flop / (cells.time_ms_median / 1e3) / 1e12).all()
     # the headline cells in two processes each: a record per process, one row per cell
     # (the median process) with the spread and the interval over both, every sample kept
     samples = pd.read_parquet(tables / "samples.parquet")
@@ -126,6 +138,9 @@ def test_artifact_evaluation_without_torch(ci_run, tmp_path):
     shutil.copytree(ci_run, wf, ignore=shutil.ignore_patterns(".snakemake"))
     shutil.copytree(wf / "results" / "ci" / "tables", wf / "results/precollected/ci-copy/tables")
     write_manifest(wf / "results/precollected/ci-copy")  # shipped runs are checked first
+    for shipped in ("lm-cpu", "tasks-cpu"):  # a whole-model run and a run with tasks
+        shipped_run = Path("results") / "precollected" / shipped
+        shutil.copytree(paths.REPO / shipped_run, wf / shipped_run)
     shutil.rmtree(wf / "results" / "ci")
     shutil.rmtree(wf / "figures")
     blocker = tmp_path / "no-torch"
@@ -182,8 +197,8 @@ def test_the_lease_script_collects_a_finished_run_and_prints_its_summary(ci_run,
     assert f"outputs in {dest}" in out.stdout
 
 
-def test_one_figure_runs_only_its_cells(tmp_path):
-    wf = copy_workflow(tmp_path / "wf", precollected=False)
+def test_one_figure_runs_only_its_cells(workflow_copy, tmp_path):
+    wf = workflow_copy
     override = tmp_path / "only-mamba.yaml"
     override.write_text(yaml.safe_dump({"figures": {"latency_scaling": {"models": ["mamba"]}}}))
     out = check(
@@ -203,12 +218,12 @@ def test_one_figure_runs_only_its_cells(tmp_path):
     assert "aggregate" not in counts
 
 
-def test_ssm_scope_data_draws_through_our_notebooks(tmp_path):
+def test_ssm_scope_data_draws_through_our_notebooks(workflow_copy):
     """--config import_ssm_scope=<clone>: their CSVs become runs, drawn by our figures."""
     clone = Path(os.environ.get("SSM_SCOPE_DIR") or ANCHORS / "ssm-scope")
     if not clone.is_dir():
         pytest.skip(f"no SSM-Scope clone at {clone} (set SSM_SCOPE_DIR)")
-    wf = copy_workflow(tmp_path / "wf", precollected=False)
+    wf = workflow_copy
     target = "figures/imported/ssm-scope-rtx4090/ttft_tpot_crossover.pdf"
     check(snakemake(wf, target, "--config", f"import_ssm_scope={clone}"))
     assert (wf / target).stat().st_size > 1000 and (wf / f"{target}.prov.json").is_file()
