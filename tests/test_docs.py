@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from ssmbench.paths import REPO
+from tests.conftest import clone, snakemake
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README = REPO / "README.md"
@@ -302,27 +303,19 @@ NOT_HERE = (
 
 
 @pytest.fixture(scope="module")
-def workflow_here(tmp_path_factory):
-    from ssmbench.scripting import copy_workflow
+def workflow_here(pristine_workflow, tmp_path_factory):
+    """One copy of the workflow with every shipped run (``source=precollected`` draws
+    them), for every dry run; taking ``pristine_workflow`` marks the tests ``slow``."""
+    shipped = [p.name for p in (REPO / "results" / "precollected").iterdir() if p.is_dir()]
+    return clone(pristine_workflow, tmp_path_factory.mktemp("docs") / "wf", shipped)
 
-    return copy_workflow(tmp_path_factory.mktemp("docs") / "wf")
 
-
-@pytest.mark.slow
 @pytest.mark.parametrize("found", of_kind("snakemake "), ids=short)
 def test_snakemake_commands_dry_run(found, workflow_here):
     for pattern, why in NOT_HERE:
         if re.search(pattern, found.text):
             pytest.skip(f"`{found.text}` {why}")
-    args = shlex.split(found.text)[1:]
-    snakemake = str(Path(sys.executable).parent / "snakemake")
-    out = subprocess.run(
-        [snakemake, "-n", *args],
-        cwd=workflow_here,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    out = snakemake(workflow_here, "-n", *shlex.split(found.text)[1:])
     assert out.returncode == 0, (
         f"{found.doc}: `{found.text}` fails a dry run:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     )
