@@ -61,9 +61,11 @@ def _preset(name: str) -> dict:
     return presets[name]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ssmbench", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser, every subcommand's arguments, without importing torch
+    (``tests/test_docs.py`` parses the commands the docs show with it)."""
+    cli = argparse.ArgumentParser(prog="python -m ssmbench", description=__doc__.split("\n")[0])
+    sub = cli.add_subparsers(dest="command", required=True)
 
     def common(p):
         p.add_argument("--model", required=True, choices=FAMILIES)
@@ -122,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     clocks.add_argument("--gpu", type=int, default=0, help="nvidia-smi device index")
 
     _lm_cell_parser(sub)
+    return cli
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.command == "lm-cell":
         return _lm_cell(args)
     if args.command == "clocks":
