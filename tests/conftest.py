@@ -169,6 +169,28 @@ def tasks_ci_run(pristine_workflow, tmp_path_factory):
     return finished_run(pristine_workflow, tmp_path_factory.mktemp("tasks") / "wf", "tasks-ci")
 
 
+def bare_plan(run: str = "r", cells=(), **changes):
+    """A real :class:`ssmbench.config.Plan` of the ``ci`` preset cut down to ``cells`` under
+    run ``run``: no pairs, paired cells, profiles, headline or figures, with ``changes``
+    on top (``dataclasses.replace``), for tests that need a plan of their own cells."""
+    import dataclasses
+
+    from ssmbench import config as sbconfig
+
+    ci = sbconfig.plan(sbconfig.load(overrides={"preset": "ci"}), cuda=False)
+    empty = dict(
+        pairs=(),
+        paired=(),
+        profiled=frozenset(),
+        headline=frozenset(),
+        random_cache=frozenset(),
+        cell_replicates={},
+        paired_replicates={},
+        figures={},
+    )
+    return dataclasses.replace(ci, run=run, cells=tuple(cells), **{**empty, **changes})
+
+
 # Record builders: valid records of small cells, with the fields a test changes.
 
 RECORD_SIZE = {

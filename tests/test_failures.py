@@ -19,7 +19,7 @@ from ssmbench.lm.matrix import LMCell, LMMatrix
 from ssmbench.lm.record import LMRecord, write_lm_record
 from ssmbench.matrix import Cell, Size, Timing
 from ssmbench.records import CellRecord
-from tests.conftest import snakemake
+from tests.conftest import bare_plan, snakemake
 
 SIZE = dict(d_model=32, n_layers=2, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
 CELLS = [
@@ -30,10 +30,7 @@ CELLS = [
 
 
 def plan_of(cells, run="r", lm_cells=()):
-    lm = LMMatrix(size="ci", cells=tuple(lm_cells))
-    return SimpleNamespace(
-        source="live", run=run, cells=cells, lm=lm, kind="lm" if lm_cells else "blocks"
-    )
+    return bare_plan(run, cells, lm=LMMatrix(size="ci", cells=tuple(lm_cells)))
 
 
 def save(c: Cell, status: str, reason: str = "", run: str = "r") -> None:

@@ -7,6 +7,7 @@ reruns Snakemake once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -19,11 +20,10 @@ import pytest
 
 from ssmbench import config as sbconfig
 from ssmbench import heal, paths, records, runlock
-from ssmbench.lm.matrix import LMMatrix
 from ssmbench.matrix import Cell
 from ssmbench.provenance import vouched, write_sidecars
 from ssmbench.records import CellRecord, RecordError
-from tests.conftest import snakemake
+from tests.conftest import bare_plan, snakemake
 
 CI = sbconfig.plan(sbconfig.load(overrides={"preset": "ci"}), cuda=False)
 SIZE = dict(d_model=32, n_layers=2, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
@@ -289,10 +289,8 @@ def test_ten_thousand_good_records_are_all_kept(tmp_path, monkeypatch):
         Path(path).write_bytes(blob)
         outputs = {path: hashlib.sha256(blob).hexdigest()}
         Path(paths.prov(path)).write_text(json.dumps({**sidecar, "outputs": outputs}))
-    plan = SimpleNamespace(
-        source="live", run="big", device="cpu", pairs=[], cells=cells, paired=[], profiled=[],
-        lm=LMMatrix(), kind="blocks", bench_jobs=[(c, 0) for c in cells],
-    )  # fmt: skip
+    plan = bare_plan("big", cells)
+    assert len(plan.bench_jobs) == len(cells)  # one process each
     bad, _ = heal_quietly(plan)
     assert bad == []
     assert all(os.path.exists(paths.cell_record("big", c)) for c in cells)
@@ -365,12 +363,13 @@ def test_a_damaged_run_heals_in_one_rerun(damaged_run):
     for path in (truncated, invalid, flipped, nan, r.verify[0]):
         assert f"moved aside to {rel(path)}.corrupt, its job reruns" in log
         assert Path(f"{path}.corrupt").exists()
-    # every damaged or deleted record is remade, vouched for by its sidecar
-    os.chdir(r.wf)
-    for path in [*r.damaged, *r.verify]:
-        assert vouched(rel(path)), path
-        if "/cells/" in str(path):
-            records.read_record(path)
+    # every damaged or deleted record is remade, vouched for by its sidecar (whose paths
+    # are the workflow's)
+    with contextlib.chdir(r.wf):
+        for path in [*r.damaged, *r.verify]:
+            assert vouched(rel(path)), path
+            if "/cells/" in str(path):
+                records.read_record(path)
 
 
 def test_healing_never_remeasures_or_deletes_a_good_record(damaged_run):

@@ -13,6 +13,7 @@ import yaml
 
 from ssmbench import config as sbconfig
 from ssmbench import ops, records, registry
+from ssmbench.paths import REPO
 
 # the registry's list each config axis draws from
 AXES = {
@@ -53,6 +54,19 @@ def test_config_schema_enums_are_the_registrys(where):
     assert enums, where
     for key, names in enums.items():
         assert names is not None and sorted(names) == sorted(AXES[key]), (where, key)
+
+
+def test_the_config_names_the_figures_of_the_catalogue_a_block_run_draws():
+    """The figures key's names (schema enum, config/config.yaml) are the catalogue's
+    figures of block runs, and every catalogued figure has its notebook and caption."""
+    schema = yaml.safe_load(sbconfig.SCHEMA.read_text())
+    named = schema["properties"]["figures"]["propertyNames"]["enum"]
+    assert named == list(registry.figures_of("blocks"))
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert set(config["figures"]) <= set(named)
+    for name in registry.FIGURES:
+        assert (REPO / "notebooks" / f"{name}.ipynb").is_file(), name
+        assert (REPO / "workflow" / "report" / f"{name}.rst").is_file(), name
 
 
 def test_the_task_families_are_the_registrys_families_and_variants():

@@ -8,6 +8,7 @@ records when it started and ended."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -204,10 +205,10 @@ def _check_brought_home(dest: Path, stdout: str, stopped: str) -> pd.DataFrame:
     from ssmbench.matrix import Cell
     from ssmbench.provenance import vouched
 
-    os.chdir(root)
     keys = ["model", "backend", "phase", "batch", "seq_len", "d_state", "dtype"]
-    for row in cells[cells.status == "ok"][keys].itertuples(index=False):
-        assert vouched(paths.cell_record("ci", Cell(*row))), row
+    with contextlib.chdir(root):  # a sidecar names its output by the workflow's path
+        for row in cells[cells.status == "ok"][keys].itertuples(index=False):
+            assert vouched(paths.cell_record("ci", Cell(*row))), row
     summary = (dest / "summary.txt").read_text()
     assert stdout.rstrip().endswith(summary.rstrip())
     if (cells.status == "not_run").any():
