@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 CORES  ?= all
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES)
 
-.PHONY: venv fused slurm cluster reproduce test lint report figures-precollected artifact lock clean wheels
+.PHONY: venv fused slurm cluster reproduce test test-fast lint report figures-precollected artifact lock clean wheels
 
 # torch goes first and alone, so no later requirement can pull a CUDA build of it.
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -59,6 +59,11 @@ reproduce: venv  ## set up, then run the main job (the `cpu` preset here, `gpu` 
 
 test: $(VENV)/.fused $(SLURM_PLUGINS)/.installed  ## set up (with the fused kernels, checked under Triton's interpreter, and the SLURM plugin), then the tests
 	$(BIN)/pytest
+
+# The loop to run while editing: every test that starts no Snakemake process and trains or
+# times nothing long (tests/conftest.py marks the others `slow`), in a few minutes.
+test-fast: $(VENV)/.fused  ## the fast tests only (no Snakemake runs, nothing long): pytest -m "not slow"
+	$(BIN)/pytest -m "not slow"
 
 lint: venv
 	$(BIN)/ruff check .

@@ -55,8 +55,6 @@ PATH_STARTS = (
     "results/precollected",
 )
 PLACEHOLDER = re.compile(r"[<>{}$|]|\.\.\.|…")
-# make targets the docs may name before they land on main, with why; checked once there
-PENDING_TARGETS = {"test-fast": "make test-fast, the fast loop, lands with issue 27's test split"}
 
 
 # --- reading the docs ---------------------------------------------------------------------
@@ -246,9 +244,6 @@ def test_make_targets_exist(found):
     out = subprocess.run(
         ["make", "-n", *args], cwd=REPO, capture_output=True, text=True, timeout=60
     )
-    missing = re.search(r"No rule to make target '([^']+)'", out.stderr)
-    if missing and missing.group(1) in PENDING_TARGETS:
-        pytest.skip(f"{found.doc}: {PENDING_TARGETS[missing.group(1)]}")
     assert out.returncode == 0, f"{found.doc}: `{found.text}`: make -n says\n{out.stderr}"
 
 
