@@ -4,6 +4,7 @@ the workflow's precollected figures after that check, a live aggregate after ``c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import runpy
 import shutil
@@ -21,6 +22,7 @@ from ssmbench.provenance import (
     ProvenanceError,
     check,
     check_all,
+    names,
     read_manifest,
     sha256,
     verify_run,
@@ -329,3 +331,21 @@ def test_nothing_on_the_check_imports_torch(run_dir):
         env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"},
     )
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(
+    "output, path, expected",
+    [
+        ("figures/ci/roofline.pdf", "/elsewhere/wf/figures/ci/roofline.pdf", True),
+        ("figures/ci/roofline.pdf", "/elsewhere/wf/figures/ci/memory.pdf", False),
+        ("figures/ci/roofline.pdf", "/elsewhere/wf/old-figures/ci/roofline.pdf", False),
+        ("results/cpu/tables/cells.csv", "/wf/results/precollected/cpu/tables/cells.csv", True),
+        ("results/cpu/tables/cells.csv", "/wf/results/precollected/cpu2/tables/cells.csv", False),
+        ("/abs/results/cpu/tables/cells.csv", "/wf/results/cpu/tables/cells.csv", False),
+    ],
+)
+def test_a_sidecar_names_its_file_from_any_working_directory(output, path, expected, tmp_path):
+    """A sidecar names its output relative to the workflow root it ran in; checking from
+    another working directory (a test, a script) must still find the file, and only it."""
+    with contextlib.chdir(tmp_path):
+        assert names(output, Path(path)) is expected

@@ -240,15 +240,19 @@ def _recorded(path: Path, sidecar: Path) -> str | None:
 
 
 def names(output: str, path: Path) -> bool:
-    """Whether a sidecar's ``output`` is ``path``: the same file, or its shipped copy (a
-    run's ``results/<run>/<rel>`` kept as ``<precollected>/<run>/<rel>``: the run and the
-    path inside it must match)."""
+    """Whether a sidecar's ``output`` is ``path``: the same file, the file at that path
+    under any workflow root (a sidecar names its output relative to the root it ran in),
+    or its shipped copy (a run's ``results/<run>/<rel>`` kept as
+    ``<precollected>/<run>/<rel>``: the run and the path inside it must match)."""
     out = Path(output)
     if out.resolve() == path.resolve():
         return True
+    if out.is_absolute():
+        return False
+    # relative to the workflow's root, which need not be the working directory
     if len(out.parts) >= 3 and out.parts[0] == "results":
-        return path.absolute().as_posix().endswith("/" + Path(*out.parts[1:]).as_posix())
-    return False
+        out = Path(*out.parts[1:])
+    return path.absolute().as_posix().endswith("/" + out.as_posix())
 
 
 def _sidecar_mismatch(path: Path, found: str | None = None) -> Mismatch | None:

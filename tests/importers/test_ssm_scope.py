@@ -570,7 +570,7 @@ def test_notebooks_run_under_papermill(name, synthetic, tmp_path):
     (tagged,) = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
     for param in ("cells_path", "models", "backends", "batch", "dtype", "out_pdf", "out_png"):
         assert f"{param} = " in "".join(tagged["source"])
-    assert figures.FIGURES[name] is getattr(figures, name)
+    assert name in figures.FIGURES  # the notebook draws through the catalogue's entry
     # the imported table as written: a family column, no size preset
     cells = synthetic["ssm-scope-rtx4090"]["cells"]
     cells.to_csv(tmp_path / "cells.csv", index=False)

@@ -136,8 +136,9 @@ def test_artifact_evaluation_without_torch(ci_run, tmp_path):
     """Every figure from precollected tables, with torch made unimportable."""
     wf = tmp_path / "ae"
     shutil.copytree(ci_run, wf, ignore=shutil.ignore_patterns(".snakemake"))
-    shutil.copytree(wf / "results" / "ci" / "tables", wf / "results/precollected/ci-copy/tables")
-    write_manifest(wf / "results/precollected/ci-copy")  # shipped runs are checked first
+    # shipped as it ran, under its own name (a sidecar names its run's path)
+    shutil.copytree(wf / "results" / "ci" / "tables", wf / "results/precollected/ci/tables")
+    write_manifest(wf / "results/precollected/ci")  # shipped runs are checked first
     for shipped in ("lm-cpu", "tasks-cpu"):  # a whole-model run and a run with tasks
         shipped_run = Path("results") / "precollected" / shipped
         shutil.copytree(paths.REPO / shipped_run, wf / shipped_run)
@@ -150,7 +151,7 @@ def test_artifact_evaluation_without_torch(ci_run, tmp_path):
     )
     check(snakemake(wf, "--config", "source=precollected", env={"PYTHONPATH": str(blocker)}))
     runs = precollected_runs(wf / "results" / "precollected")
-    assert "ci-copy" in runs
+    assert "ci" in runs
     assert "lm-cpu" in runs  # a whole-model run draws too, from its lm tables
     assert "tasks-cpu" in runs  # and a run with tasks, its task figures
     for run in runs:
