@@ -63,10 +63,10 @@ def holder(folder: Path) -> subprocess.Popen:
     )
 
 
-def said(process: subprocess.Popen, wait_s: float) -> dict | None:
-    """The line ``process`` printed within ``wait_s`` seconds, or None."""
+def said(process: subprocess.Popen, wait_s: float = 60) -> str:
+    """The next line ``process`` prints ("" if none within ``wait_s`` seconds)."""
     ready, _, _ = select.select([process.stdout], [], [], wait_s)
-    return json.loads(process.stdout.readline()) if ready else None
+    return process.stdout.readline().strip() if ready else ""
 
 
 def lock_is_free(folder: Path, gpu: Gpu) -> bool:
@@ -86,18 +86,19 @@ def test_two_processes_never_share_a_gpu_and_a_killed_one_frees_its_own(tmp_path
     second = holder(tmp_path)
     third = None
     try:
-        a, b = said(first, 60), said(second, 60)
+        a, b = json.loads(said(first)), json.loads(said(second))
         assert {a["index"], b["index"]} == {0, 1}
         for seen in (a, b):  # CUDA's device 0 in each is the GPU it leased
             assert seen["visible"] == node[seen["index"]].uuid
         assert not lock_is_free(tmp_path, node[0]) and not lock_is_free(tmp_path, node[1])
         third = holder(tmp_path)
-        assert said(third, 2.0) is None  # both GPUs are held: it waits
+        assert said(third).startswith("ssm-bench: all 2 GPUs this job may use are leased")
         # kill the holder of GPU 1: a lease that ignored the locks would hand out GPU 0
         victim = first if a["index"] == 1 else second
         os.kill(victim.pid, signal.SIGKILL)  # no release, no cleanup: the kernel's doing
         victim.wait()
-        assert said(third, 60) == {"index": 1, "visible": node[1].uuid}
+        assert said(third).startswith("ssm-bench: GPU 1 leased after ")
+        assert json.loads(said(third)) == {"index": 1, "visible": node[1].uuid}
     finally:
         for process in (first, second, third):
             if process is not None and process.poll() is None:
