@@ -103,7 +103,8 @@ def run(wf: Path, name: str, lease: bool) -> tuple[Path, object]:
 
 
 def records(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((folder / "records").glob("*.json"))]
+    found = sorted((folder / "records").glob("j??.json"))  # not their sidecars
+    return [json.loads(p.read_text()) for p in found]
 
 
 def trace(spans: list[dict]) -> str:
