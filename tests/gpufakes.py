@@ -1,6 +1,6 @@
 """Fakes of the three surfaces through which ssm-bench learns about GPUs, so that the GPU
 lease can be tested on a machine without one (tests/test_gpulease.py,
-tests/measure/test_energy.py, tests/workflow/test_gpu_lease_run.py):
+tests/measure/test_energy.py, tests/workflow/test_one_job_per_device.py):
 
 - the node's GPU list, :func:`ssmbench.devices.gpus`: :func:`fake_gpus`;
 - torch's device query once CUDA is initialised: :class:`FakeTorch`, whose CUDA device 0

@@ -43,10 +43,12 @@ LEASE_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *gpulease.SLURM_GPU_VA
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    """No CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER or SLURM GPUs; restored after the test
-    (a lease sets the first two in this process)."""
+    """A job's process before its lease: no CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER or
+    SLURM GPUs, and no torch (on a GPU machine an earlier test may have initialised CUDA);
+    restored after the test (a lease sets the first two in this process)."""
     for name in LEASE_ENV:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
     yield
     assert gpulease.held() is None, "a test left its lease held"
 
@@ -63,8 +65,9 @@ def holder(folder: Path) -> subprocess.Popen:
     )
 
 
-def said(process: subprocess.Popen, wait_s: float = 60) -> str:
-    """The next line ``process`` prints ("" if none within ``wait_s`` seconds)."""
+def said(process: subprocess.Popen, wait_s: float = 600) -> str:
+    """The next line ``process`` prints ("" if none within ``wait_s`` seconds: a bound
+    for a loaded machine, where a niced process may take minutes to start)."""
     ready, _, _ = select.select([process.stdout], [], [], wait_s)
     return process.stdout.readline().strip() if ready else ""
 

@@ -7,7 +7,10 @@ resource at 4, as ``workflow/rules/common.smk`` sets it on such a node.  Each jo
 (ssmbench.gpulease), then holds it about a second and writes a record naming the GPU
 torch says it runs on, the energy NVML read for it, and when it started and ended.  One
 job kills itself with SIGKILL while it holds its GPU.  A control run without the lease
-shows the overlap the lease prevents, so the check can fail."""
+shows the overlap the lease prevents, so the check can fail.
+
+No name here says "gpu": a GPU machine's `pytest -k gpu` (scripts/gpu_check.sh) runs the
+checks only a GPU can make, not this CPU rehearsal."""
 
 from __future__ import annotations
 
@@ -19,12 +22,14 @@ from tests.conftest import snakemake
 from tests.gpufakes import fake_gpus
 
 SNAKEFILE = """
-JOBS = [f"j{i:02d}" for i in range(12)]
+VICTIM = config.get("victim", "")
+JOBS = [f"j{i:02d}" for i in range(12) if f"j{i:02d}" != VICTIM]
 
 
 rule all:
     input:
         expand("records/{job}.json", job=JOBS),
+        expand("victim/{job}.json", job=[VICTIM] if VICTIM else []),
 
 
 rule hold:
@@ -34,7 +39,23 @@ rule hold:
         "logs/{job}.log",
     params:
         lease=config["lease"],
-        victim=lambda wildcards: wildcards.job == config.get("victim"),
+        victim=False,
+    resources:
+        gpu=1,
+    script:
+        "job.py"
+
+
+# the job killed while it holds its device, scheduled first so that later jobs take it
+rule victim:
+    output:
+        "victim/{job}.json",
+    log:
+        "logs/{job}.log",
+    params:
+        lease=config["lease"],
+        victim=True,
+    priority: 50
     resources:
         gpu=1,
     script:
@@ -89,7 +110,7 @@ def run(wf: Path, name: str, lease: bool) -> tuple[Path, object]:
     (folder / "job.py").write_text(JOB)
     out = snakemake(
         folder, "--cores", "8", "--resources", "gpu=4", "--keep-going",
-        "--config", f"lease={int(lease)}", f"victim={VICTIM if lease else 'none'}",
+        "--config", f"lease={int(lease)}", *([f"victim={VICTIM}"] if lease else []),
         env={
             "PYTHONPATH": f"{wf / 'src'}:{wf}",
             "SSMBENCH_GPU_LOCKS": str(folder / "locks"),
@@ -97,7 +118,7 @@ def run(wf: Path, name: str, lease: bool) -> tuple[Path, object]:
             "SLURM_JOB_GPUS": "",
             "SLURM_STEP_GPUS": "",
         },
-        timeout=300,
+        timeout=900,
     )  # fmt: skip
     return folder, out
 
@@ -132,7 +153,7 @@ def most_at_once(spans: list[dict]) -> int:
     return max(sum(s["start"] <= t["start"] < s["end"] for s in spans) for t in spans)
 
 
-def test_each_job_holds_its_own_gpu_and_a_killed_job_frees_its_gpu(workflow_copy):
+def test_each_job_holds_its_own_device_and_a_killed_job_frees_it(workflow_copy):
     node = fake_gpus(4)
     folder, out = run(workflow_copy, "leased", lease=True)
     assert out.returncode != 0  # the victim failed; --keep-going ran the others
@@ -157,7 +178,7 @@ def test_each_job_holds_its_own_gpu_and_a_killed_job_frees_its_gpu(workflow_copy
     assert f"GPU lease: GPU {killed['gpu']['index']} (Fake GPU, " in log
 
 
-def test_without_the_lease_the_jobs_pile_onto_one_gpu(workflow_copy):
+def test_without_the_lease_the_jobs_pile_onto_one_device(workflow_copy):
     """The control: the same jobs with the same resource, no lease; every one opens CUDA's
     device 0, the node's first GPU, and they overlap there."""
     folder, out = run(workflow_copy, "control", lease=False)
