@@ -2,8 +2,9 @@
 (tests/gpufakes.py: the node's GPU list, torch's device query, NVML's lookups).
 
 A small Snakefile of twelve GPU jobs runs with ``--cores 8`` and the global ``gpu``
-resource at 4, as ``workflow/rules/common.smk`` sets it on such a node.  Each job enters
-``ssmbench.scripting.logged`` as the workflow's scripts do, so it leases a GPU
+resource at 4, as ``workflow/rules/common.smk`` sets it on such a node (the first four
+jobs wait until four have started, so they run side by side however loaded the machine).
+Each job enters ``ssmbench.scripting.logged`` as the workflow's scripts do, so it leases a GPU
 (ssmbench.gpulease), then holds it about a second and writes a record naming the GPU
 torch says it runs on, the energy NVML read for it, and when it started and ended.  One
 job kills itself with SIGKILL while it holds its GPU.  A control run without the lease
@@ -79,12 +80,18 @@ with logged(snakemake) if snakemake.params.lease else contextlib.nullcontext():
     start = time.time()
     sys.modules["torch"] = FakeTorch(node)  # the job's CUDA, initialised: its device 0
     gpu = gpulease.gpu_record("cuda")
+    os.makedirs("started", exist_ok=True)
     if snakemake.params.victim:
         with open(f"killed-{job}.json", "w") as f:
             json.dump({"job": job, "gpu": gpu, "start": start, "end": time.time()}, f)
         os.kill(os.getpid(), signal.SIGKILL)
+    open(f"started/{job}", "w").close()  # the victim, dead, is not one of the four
     meter = EnergyMeter("cuda", nvml=FakeNVML(node)).start()
     time.sleep(1.0)
+    # the first four jobs hold on until four have started, so they are side by side
+    # however slowly a loaded machine starts them (Snakemake runs four at a time)
+    while len(os.listdir("started")) < 4 and time.time() < start + 600:
+        time.sleep(0.1)
     energy = meter.stop()
     record = {
         "job": job,
