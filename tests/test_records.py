@@ -97,3 +97,18 @@ def test_every_bound_of_the_cells_table_is_a_bound_of_the_record():
                 assert prop.get("minimum", -math.inf) >= stats["min_value"], column
             if "allowed_values" in stats and "enum" in prop:
                 assert set(prop["enum"]) <= set(stats["allowed_values"]), column
+
+
+def test_a_record_names_its_gpu_and_older_records_without_one_still_read(tmp_path):
+    gpu = {"index": 3, "uuid": "GPU-6e1d7c44", "pci_bus_id": "0000:b3:00.0", "name": "NVIDIA H200"}
+    path = tmp_path / "gpu.json"
+    records.write_record(path, make_record(device="cuda", gpu=gpu))
+    assert records.read_record(path).gpu == gpu
+    older = make_record().to_dict()
+    del older["gpu"]  # a record written before the lease (results/precollected)
+    path.write_text(json.dumps(older))
+    assert records.read_record(path).gpu is None
+    with pytest.raises(ValueError, match="field gpu"):
+        records.write_record(path, make_record(gpu={**gpu, "index": "3"}))
+    # one value per cell it is not: the cells table leaves it to the record
+    assert "gpu" not in tables.CELL_COLUMNS

@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from ssmbench import counts as counts_mod
+from ssmbench.gpulease import gpu_record
 from ssmbench.matrix import Cell, Size, Timing, compute_dtype
 from ssmbench.process import device_name, device_unavailable, error_status, set_threads
 from ssmbench.provenance import git_state, now
@@ -94,6 +95,7 @@ def run_cell(
         _timed_out(record, spec.timing)
     except Exception as e:
         record.status, record.reason = error_status(e)
+    record.gpu = gpu_record(spec.device)  # the GPU it ran on, whatever its status
     record.ended = now()
     return record
 

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 import jsonschema
 
+from ssmbench.gpulease import gpu_record
 from ssmbench.matrix import Cell, compute_dtype, paired_attention
 from ssmbench.paths import REPO
 from ssmbench.records import (
@@ -57,6 +58,9 @@ class PairedRecord:
     status: str = "ok"
     reason: str = ""
     device_name: str = ""
+    # the physical GPU (index in PCI bus order, uuid, pci_bus_id, name) the job leased
+    # and ran on (ssmbench.gpulease); None on a CPU and in records older than it
+    gpu: dict | None = None
     threads: int | None = None
     host_allocator: str = ""
     load_avg_1m: float | None = None
@@ -193,6 +197,7 @@ def run_paired(
         )
     except Exception as e:
         record.status, record.reason = error_status(e)
+    record.gpu = gpu_record(spec.device)  # the GPU it ran on, whatever its status
     record.ended = now()
     return record
 

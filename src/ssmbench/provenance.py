@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ssmbench.gpulease import current_gpu
 from ssmbench.paths import PROV_SUFFIX, REPO, prov
 from ssmbench.records import write_json_atomic
 
@@ -111,12 +112,16 @@ def cpu_model() -> str:
 
 
 def device_info() -> dict:
-    """CPU model always; CUDA device, CUDA and driver versions when torch is already loaded."""
-    info = {"cpu": cpu_model(), "cuda_device": None, "cuda": None, "driver": None}
+    """CPU model always; CUDA device, CUDA and driver versions when torch is already loaded;
+    ``gpu``, the physical GPU the job ran on (index in PCI bus order, UUID, PCI bus id,
+    name: :func:`ssmbench.gpulease.current_gpu`), or None."""
+    info = {"cpu": cpu_model(), "cuda_device": None, "cuda": None, "driver": None, "gpu": None}
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         info["cuda_device"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
+    gpu = current_gpu()
+    info["gpu"] = gpu.to_dict() if gpu is not None else None
     try:
         first = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
         info["driver"] = first.split("Kernel Module")[-1].split()[0]

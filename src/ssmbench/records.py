@@ -43,6 +43,9 @@ class CellRecord:
     status: str = "ok"
     reason: str = ""
     device_name: str = ""
+    # the physical GPU (index in PCI bus order, uuid, pci_bus_id, name) the job leased
+    # and ran on (ssmbench.gpulease); None on a CPU and in records older than it
+    gpu: dict | None = None
     threads: int | None = None
     host_allocator: str = ""  # the process's malloc policy (ssmbench.measure.allocator)
     load_avg_1m: float | None = None  # the host's 1-minute load average before measuring

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
 
+from ssmbench import gpulease
 from ssmbench.paths import REPO
 
 # What a clean clone holds: everything but environments and generated files.
@@ -25,7 +27,9 @@ NOT_IN_A_CLONE = (
 
 @contextlib.contextmanager
 def logged(snakemake):
-    """Send the job's stdout, stderr and ``logging`` output to its ``log:`` file.
+    """Send the job's stdout, stderr and ``logging`` output to its ``log:`` file, and
+    hold a GPU of the node for the job's life when it holds Snakemake's ``gpu``
+    resource (:mod:`ssmbench.gpulease`; the log names the device).
 
     An exception is written to the log too, then re-raised so the job fails."""
     path = snakemake.log[0]
@@ -36,7 +40,11 @@ def logged(snakemake):
             force=True,
             format="%(asctime)s %(levelname)s %(message)s",
         )
+        lease = None
         try:
+            if gpus_held(snakemake):
+                lease = gpulease.acquire()
+                print(f"GPU lease: {describe(lease)}", flush=True)  # a killed job's log too
             yield
         except BaseException:
             import traceback
@@ -45,6 +53,28 @@ def logged(snakemake):
             log.flush()
             print(f"error: see {path}", file=sys.__stderr__)
             raise
+        finally:
+            if lease is not None:
+                lease.release()
+
+
+def gpus_held(snakemake) -> int:
+    """How many of Snakemake's global ``gpu`` resource a job holds (0 where it names none)."""
+    try:
+        return int(getattr(snakemake.resources, "gpu", 0) or 0)
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
+def describe(lease: gpulease.Lease) -> str:
+    """A lease in words, for the job's log."""
+    gpu = lease.gpu
+    if gpu is None:
+        return f"none ({lease.note}); CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"
+    return (
+        f"GPU {gpu.index} ({gpu.name}, {gpu.uuid or 'uuid unknown'}, PCI {gpu.pci_bus_id}), "
+        f"lock {lease.path}, CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}"
+    )
 
 
 # folders a run writes at the repository's root (git-ignored there: /figures/, /logs/)

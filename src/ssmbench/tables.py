@@ -49,7 +49,7 @@ def with_columns(table: pd.DataFrame, numeric=(), text=()) -> pd.DataFrame:
 # The cells table's columns are the record's fields (ssmbench.records.CellRecord), in its
 # order, but those that are not one value per cell: the size preset becomes SIZE_COLUMNS,
 # the samples the samples table, the verify summary the verify table.
-NOT_TABULAR = ("size", "samples_ms", "verify", "started", "ended", "schema_version")
+NOT_TABULAR = ("size", "gpu", "samples_ms", "verify", "started", "ended", "schema_version")
 CELL_COLUMNS = [f.name for f in fields(CellRecord) if f.name not in NOT_TABULAR]
 SIZE_COLUMNS = ["d_model", "n_layers", "n_heads", "head_dim", "expand", "d_conv", "chunk"]
 # A headline cell measured in several processes (records.CellRecord.replicate) is one row:

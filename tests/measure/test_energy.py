@@ -386,3 +386,32 @@ def test_a_cell_whose_window_stays_short_says_so(monkeypatch):
     assert r.status == "ok", r.reason
     assert r.energy_j is None and r.energy_window_s < 30.0
     assert "is shorter than 30 s" in r.energy_reason and "too short" in r.energy_reason
+
+
+def test_nvml_reads_the_jobs_gpu_by_uuid_or_bus_id_never_cudas_index(monkeypatch):
+    """A leased job's GPU is its CUDA device 0 whatever NVML calls it: the meter and the
+    clock reading look it up by UUID, else PCI bus id (fake NVML: GPU i's counter moves
+    i + 1 J per read, its SM clock is 1000 + i MHz)."""
+    import sys
+
+    from ssmbench import devices
+    from ssmbench.devices import Gpu
+    from tests.gpufakes import FakeNVML, FakeTorch, fake_gpus
+
+    node = fake_gpus(4)
+    nvml = FakeNVML(node)
+    result = EnergyMeter("cuda", gpu=node[2], nvml=nvml).start().stop()
+    assert result.energy_j == 3.0 and result.domains == ["nvml:2"]
+    assert nvml.lookups == [node[2].uuid]
+    by_bus = Gpu(3, "", node[3].pci_bus_id, "Fake GPU")  # no UUID known
+    assert EnergyMeter("cuda", gpu=by_bus, nvml=nvml).start().stop().energy_j == 4.0
+    assert nvml.lookups[-1] == node[3].pci_bus_id
+    assert gpu_clocks(gpu=node[1], nvml=nvml)["sm_clock_mhz"] == 1001
+    # by default, the GPU this process computes on: here CUDA's device 0 is GPU 1
+    monkeypatch.setattr(devices, "gpus", lambda root=None: node)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", node[1].uuid)
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch(node))
+    result = EnergyMeter("cuda", nvml=nvml).start().stop()
+    assert result.energy_j == 2.0 and result.domains == ["nvml:1"]
+    assert gpu_clocks(nvml=nvml)["sm_clock_mhz"] == 1001
+    assert "index 0" not in nvml.lookups

@@ -53,9 +53,11 @@ if LIVE:
     config["report_verdict"] = paths.table(RUN, "verdict.rst")
 CUDA = PLAN.device == "cuda"
 # A CPU measurement owns every core, so nothing runs beside it; a GPU job (calibrate,
-# verify, prewarm, bench, profile) holds one `gpu`, and the run has as many as there are
-# visible GPUs (`--resources gpu=N` sets another number): one GPU job per card at a time,
-# so no timing, clock or energy reading is shared with another job.
+# verify, prewarm, bench, paired, profile, whole-model and task jobs) holds one `gpu`, and
+# the run has as many as there are visible GPUs (`--resources gpu=N` sets another number):
+# that many GPU jobs at once, and each leases a card of its own for its life
+# (ssmbench.gpulease, taken by the job's script), so no timing, clock or energy reading is
+# shared with another job.
 BENCH_THREADS = (workflow.cores or os.cpu_count() or 1) if not CUDA else 1
 BENCH_RESOURCES = dict(
     mem_mb=PLAN.mem_mb,

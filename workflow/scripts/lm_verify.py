@@ -13,6 +13,7 @@ from ssmbench.lm import backends
 
 backends.prepare(snakemake.params.gate["backend"])  # before anything imports transformers
 
+from ssmbench.gpulease import gpu_record  # noqa: E402
 from ssmbench.lm.cell import GATE  # noqa: E402
 from ssmbench.outcome import refuse_if_stopped, saving  # noqa: E402
 from ssmbench.process import cap_address_space, error_status  # noqa: E402
@@ -52,6 +53,7 @@ with logged(snakemake):
             result = {**keys, "status": "failed", "reason": f"{status}: {reason}"}
             result.update(passed=False, checks=[])
         result.update(source="rule lm_verify", gate=GATE)
+    result["gpu"] = gpu_record(gate["device"])  # the GPU it ran on; None on a CPU
     print(
         f"{gate['model']}/{gate['backend']}/{gate['dtype']}: {result['status']} {result['reason']}"
     )

@@ -6,6 +6,7 @@ import json
 import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.cell import CellSpec
+from ssmbench.gpulease import gpu_record
 from ssmbench.matrix import Cell, Size, Timing
 from ssmbench.prewarm import prewarm
 from ssmbench.process import set_threads
@@ -29,6 +30,7 @@ with logged(snakemake):
     record.update(
         {k: snakemake.wildcards[k] for k in ("model", "backend", "dtype")},
         device=p.device,
+        gpu=gpu_record(p.device),
         started=started,
         ended=now(),
     )

@@ -63,6 +63,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from ssmbench.gpulease import gpu_record
 from ssmbench.lm import backends
 from ssmbench.lm.build import DTYPES, build
 from ssmbench.lm.record import LMRecord
@@ -169,6 +170,7 @@ def run_lm_cell(
         )
     except Exception as e:
         record.status, record.reason = error_status(e)
+    record.gpu = gpu_record(spec.device)  # the GPU it ran on, whatever its status
     record.ended = now()
     return record
 

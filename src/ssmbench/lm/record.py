@@ -40,6 +40,9 @@ class LMRecord:
     status: str = "ok"
     reason: str = ""
     device_name: str = ""
+    # the physical GPU (index in PCI bus order, uuid, pci_bus_id, name) the job leased
+    # and ran on (ssmbench.gpulease); None on a CPU and in records older than it
+    gpu: dict | None = None
     threads: int | None = None
     host_allocator: str = ""
     load_avg_1m: float | None = None

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ssmbench.gpulease import gpu_record
 from ssmbench.matrix import Timing
 from ssmbench.measure.timing import measure
 from ssmbench.provenance import cpu_model, now
@@ -413,6 +414,7 @@ def calibrate(
     """The content of ``results/<run>/device.json``.
 
     Keys: ``status`` ("ok" or "unavailable") and ``reason``; ``device``, ``device_name``,
+    ``gpu`` (the physical GPU, :func:`ssmbench.gpulease.gpu_record`; None on a CPU),
     ``torch``, ``cuda``, ``threads``, ``float32_matmul_precision``, ``quick``; ``copy``
     (:func:`measure_copy_bandwidth`); ``matmul`` ({dtype: :func:`measure_matmul_rate`});
     ``ceilings`` ({"bw_gbps", "tflops": {dtype: TFLOP/s or None}}), the numbers that
@@ -429,6 +431,7 @@ def calibrate(
         "reason": "",
         "device": device,
         "device_name": None,
+        "gpu": gpu_record(device),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "threads": None,
@@ -460,6 +463,7 @@ def calibrate(
         torch.set_num_threads(threads or os.cpu_count() or 1)
     record["threads"] = torch.get_num_threads()
     record["device_name"] = name = _device_name(device)
+    record["gpu"] = gpu_record(device)  # torch's own answer now that CUDA is initialised
     record["llc_bytes"] = last_level_cache_bytes(device)
     clocks_before = _gpu_clocks() if device == "cuda" else None
     try:
@@ -489,11 +493,9 @@ def calibrate(
 
 
 def _gpu_clocks() -> dict:
-    import torch
-
     from ssmbench.measure.energy import gpu_clocks
 
-    return gpu_clocks(torch.cuda.current_device())
+    return gpu_clocks()  # the job's GPU by UUID: CUDA's index is not NVML's
 
 
 def _ratio(achieved: float | None, peak: float | None) -> float | None:

@@ -29,8 +29,11 @@ Sources, by device:
 
 NVML (the ``pynvml`` module of the ``nvidia-ml-py`` package) is imported only when a GPU is
 metered; both the module and the powercap root can be passed in, which is how the tests
-drive fake counters.  NVML numbers devices in PCI bus order, CUDA by default fastest first;
-on a one-GPU machine (ours) index 0 is the same device in both.
+drive fake counters.  NVML numbers devices in PCI bus order, CUDA by default fastest first
+and from 0 again among those ``CUDA_VISIBLE_DEVICES`` lists (a leased job's one GPU is its
+CUDA device 0, ssmbench.gpulease), so the meter and :func:`gpu_clocks` find the job's GPU
+in NVML by its UUID, else its PCI bus id (:func:`nvml_handle`; the device
+:func:`ssmbench.gpulease.current_gpu` names), and by NVML index only where neither is known.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ssmbench.devices import Gpu
+from ssmbench.gpulease import current_gpu
+
 __all__ = [
     "EnergyMeter",
     "EnergyResult",
@@ -50,6 +56,7 @@ __all__ = [
     "gpu_clocks",
     "load_nvml",
     "min_window_s",
+    "nvml_handle",
     "trapezoid_j",
     "window_reason",
 ]
@@ -119,6 +126,32 @@ def load_nvml(nvml=None) -> tuple[object | None, str]:
     except Exception as error:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
         return None, f"no NVML: nvmlInit failed: {_describe(error)}"
     return nvml, ""
+
+
+def nvml_handle(nvml, gpu: Gpu | None, index: int = 0):
+    """NVML's handle of ``gpu`` by its UUID, else by its PCI bus id, else (no GPU known)
+    of NVML device ``index``; raises what NVML raises (:func:`_lookup` names the call)."""
+    if gpu is not None and gpu.uuid:
+        return nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+    if gpu is not None and gpu.pci_bus_id:
+        return nvml.nvmlDeviceGetHandleByPciBusId(gpu.pci_bus_id)
+    return nvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def _lookup(gpu: Gpu | None, index: int) -> str:
+    """The NVML call :func:`nvml_handle` makes, in words."""
+    if gpu is not None and gpu.uuid:
+        return f"nvmlDeviceGetHandleByUUID({gpu.uuid})"
+    if gpu is not None and gpu.pci_bus_id:
+        return f"nvmlDeviceGetHandleByPciBusId({gpu.pci_bus_id})"
+    return f"nvmlDeviceGetHandleByIndex({index})"
+
+
+def _domain(gpu: Gpu | None, index: int) -> str:
+    """The NVML device an :class:`EnergyResult` read, by its NVML index where known."""
+    if gpu is None:
+        return f"nvml:{index}"
+    return f"nvml:{gpu.index}" if gpu.index is not None else f"nvml:{gpu.uuid or gpu.pci_bus_id}"
 
 
 def _describe(error: BaseException) -> str:
@@ -214,7 +247,9 @@ def _synchronize_cuda() -> None:
 class EnergyMeter:
     """Energy of the code between :meth:`start` and :meth:`stop`, or inside ``with``.
 
-    ``device`` is "cpu" (RAPL) or "cuda" (NVML, device ``device_index`` in NVML's order).
+    ``device`` is "cpu" (RAPL) or "cuda" (NVML: the GPU ``gpu``, by default the one this
+    process computes on, :func:`ssmbench.gpulease.current_gpu`, found by UUID or PCI bus
+    id; NVML device ``device_index`` where no GPU is known).
     After the block, ``meter.result`` is the :class:`EnergyResult`; :meth:`stop` returns it.
     ``nvml`` replaces the ``pynvml`` module and ``rapl_root`` the powercap folder (tests).
     """
@@ -224,12 +259,14 @@ class EnergyMeter:
         device: str = "cpu",
         device_index: int = 0,
         *,
+        gpu: Gpu | None = None,
         nvml=None,
         rapl_root: str | Path = RAPL_ROOT,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
     ):
         self.device = device
         self.device_index = device_index
+        self.gpu = gpu
         self.nvml_module = nvml
         self.rapl_root = Path(rapl_root)
         self.sample_interval_s = sample_interval_s
@@ -241,6 +278,7 @@ class EnergyMeter:
         self._reason = ""
         self._nvml = None
         self._handle = None
+        self._domain = ""
         self._energy_mj: int | None = None
         self._sampler: _PowerSampler | None = None
         self._zones: list[Path] = []
@@ -274,10 +312,12 @@ class EnergyMeter:
             return
         self._nvml = nvml
         error_type = _nvml_error(nvml)
+        gpu = self.gpu if self.gpu is not None else current_gpu()
+        self._domain = _domain(gpu, self.device_index)
         try:
-            self._handle = nvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._handle = nvml_handle(nvml, gpu, self.device_index)
         except error_type as error:
-            self._fail(f"nvmlDeviceGetHandleByIndex({self.device_index}): {_describe(error)}")
+            self._fail(f"{_lookup(gpu, self.device_index)}: {_describe(error)}")
             return
         try:
             self._energy_mj = nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
@@ -342,14 +382,14 @@ class EnergyMeter:
         samples = sample_hz = None
         domains: list[str] = []
         if method == "nvml-total-energy":
-            domains = [f"nvml:{self.device_index}"]
+            domains = [self._domain]
             try:
                 end_mj = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
                 energy_j = (end_mj - self._energy_mj) / 1000.0
             except _nvml_error(self._nvml) as error:
                 reason = f"nvmlDeviceGetTotalEnergyConsumption: {_describe(error)}"
         elif method == "nvml-power-sampling":
-            domains = [f"nvml:{self.device_index}"]
+            domains = [self._domain]
             self._sampler.stop()
             points = self._sampler.samples
             samples = len(points)
@@ -395,8 +435,10 @@ class EnergyMeter:
         return total_uj / 1e6, ""
 
 
-def gpu_clocks(device_index: int = 0, *, nvml=None) -> dict:
-    """SM clock and temperature of GPU ``device_index`` now, read through NVML.
+def gpu_clocks(device_index: int = 0, *, gpu: Gpu | None = None, nvml=None) -> dict:
+    """SM clock and temperature of the GPU ``gpu`` now, read through NVML: by default the
+    one this process computes on (:func:`ssmbench.gpulease.current_gpu`), found by UUID or
+    PCI bus id; NVML device ``device_index`` where no GPU is known.
 
     Returns ``{"sm_clock_mhz", "temperature_c", "clocks_event_reasons", "reason"}``:
     MHz, degrees Celsius and NVML's bitmask of why clocks are held down (0: none; see
@@ -409,8 +451,9 @@ def gpu_clocks(device_index: int = 0, *, nvml=None) -> dict:
     if module is None:
         return {**out, "reason": reason}
     problems = []
+    gpu = gpu if gpu is not None else current_gpu()
     try:
-        handle = module.nvmlDeviceGetHandleByIndex(device_index)
+        handle = nvml_handle(module, gpu, device_index)
         reads = {
             "sm_clock_mhz": lambda: module.nvmlDeviceGetClockInfo(
                 handle, getattr(module, "NVML_CLOCK_SM", 1)
@@ -430,7 +473,7 @@ def gpu_clocks(device_index: int = 0, *, nvml=None) -> dict:
             except Exception as error:
                 problems.append(f"{key}: {_describe(error)}")
     except Exception as error:
-        problems.append(f"nvmlDeviceGetHandleByIndex({device_index}): {_describe(error)}")
+        problems.append(f"{_lookup(gpu, device_index)}: {_describe(error)}")
     finally:
         try:
             module.nvmlShutdown()

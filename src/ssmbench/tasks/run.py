@@ -15,6 +15,7 @@ import time
 import traceback
 
 from ssmbench import registry
+from ssmbench.gpulease import gpu_record
 from ssmbench.tasks.base import DataUnavailable, TaskData
 from ssmbench.tasks.matrix import TaskCell
 
@@ -45,6 +46,7 @@ RECORD_KEYS = (
     "backend",
     "device",
     "device_name",
+    "gpu",
     "threads",
     "torch",
 )
@@ -152,7 +154,8 @@ def run_task(
         "cut": cut,
         "backend": BACKEND,
         "device": device,
-        "device_name": _device_name(device),
+        "device_name": _device_name(device),  # initialises CUDA on a GPU: gpu comes after
+        "gpu": gpu_record(device),
         "threads": threads,
         "torch": torch.__version__,
     }

@@ -13,6 +13,7 @@ with the reason; nothing is raised out of it.  The cells read the record through
 
 from __future__ import annotations
 
+from ssmbench.gpulease import gpu_record
 from ssmbench.process import device_unavailable, is_unavailable
 from ssmbench.provenance import now
 from ssmbench.registry import GRAPH_BACKENDS, PHASES
@@ -84,6 +85,7 @@ def run_verify(model: str, backend: str, device: str, dtypes: list[str], seed: i
         record["phases"][phase] = {"status": status, "reason": why}
     record["status"], record["reason"] = _summary(record["phases"])
     record["passed"] = record["status"] == "passed"
+    record["gpu"] = gpu_record(device)  # the GPU it ran on (ssmbench.gpulease); None on a CPU
     record["ended"] = now()
     return record
 

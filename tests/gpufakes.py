@@ -1,0 +1,128 @@
+"""Fakes of the three surfaces through which ssm-bench learns about GPUs, so that the GPU
+lease can be tested on a machine without one (tests/test_gpulease.py,
+tests/measure/test_energy.py, tests/workflow/test_one_job_per_device.py):
+
+- the node's GPU list, :func:`ssmbench.devices.gpus`: :func:`fake_gpus`;
+- torch's device query once CUDA is initialised: :class:`FakeTorch`, whose CUDA device 0
+  is the GPU ``CUDA_VISIBLE_DEVICES`` names first (the node's first where it is unset), as
+  the CUDA runtime would choose it;
+- NVML's lookups: :class:`FakeNVML`, one energy counter per GPU that advances by
+  ``index + 1`` joules per read, so an energy reading names the device it was read from.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+
+from ssmbench.devices import Gpu
+
+
+def fake_gpus(n: int) -> list[Gpu]:
+    """``n`` GPUs as :func:`ssmbench.devices.gpus` lists them: PCI bus order, distinct
+    UUIDs (none the start of another) and bus ids."""
+    return [
+        Gpu(
+            i,
+            f"GPU-{i:08x}-fake-4000-8000-{i:012x}",
+            f"0000:{0x18 + 0x10 * i:02x}:00.0",
+            "Fake GPU",
+        )
+        for i in range(n)
+    ]
+
+
+def chosen(node: list[Gpu]) -> Gpu:
+    """The GPU the CUDA runtime opens as device 0 under this process's
+    ``CUDA_VISIBLE_DEVICES`` (its first entry: a UUID or an index in PCI bus order)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    first = listed.split(",")[0].strip() if listed else ""
+    for gpu in node:
+        if first and (gpu.uuid == first or first == str(gpu.index)):
+            return gpu
+    if first:
+        raise RuntimeError(f"CUDA_VISIBLE_DEVICES={listed}: no such fake GPU")
+    return node[0]
+
+
+class FakeTorch(types.ModuleType):
+    """``torch`` as ssmbench's device queries see it in a job whose CUDA is initialised."""
+
+    def __init__(self, node: list[Gpu]):
+        super().__init__("torch")
+        self.node = node
+        self.__version__ = "0+fake"
+        self.version = types.SimpleNamespace(cuda="0+fake")
+        self.cuda = types.SimpleNamespace(
+            is_initialized=lambda: True,
+            is_available=lambda: True,
+            current_device=lambda: 0,
+            synchronize=lambda: None,
+            get_device_name=lambda device=None: chosen(self.node).name,
+            get_device_properties=self._properties,
+        )
+
+    def _properties(self, device: int):
+        assert device == 0, "a leased job sees one device"
+        gpu = chosen(self.node)
+        domain, bus, rest = gpu.pci_bus_id.split(":")
+        return types.SimpleNamespace(
+            name=gpu.name,
+            uuid=gpu.uuid.removeprefix("GPU-"),  # torch prints the UUID without the prefix
+            pci_domain_id=int(domain, 16),
+            pci_bus_id=int(bus, 16),
+            pci_device_id=int(rest.split(".")[0], 16),
+        )
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+class FakeNVML:
+    """The slice of pynvml the energy meter and the clock reading use, over ``node``.
+    Each device's energy counter advances by ``(index + 1) * 1000`` mJ per read; its SM
+    clock is ``1000 + index`` MHz."""
+
+    NVMLError = FakeNVMLError
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self, node: list[Gpu]):
+        self.node = node
+        self.energy_mj = {gpu.index: 0 for gpu in node}
+        self.lookups: list[str] = []
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def _found(self, gpus: list[Gpu], what: str) -> int:
+        if len(gpus) != 1:
+            raise FakeNVMLError(f"no GPU {what}")
+        self.lookups.append(what)
+        return gpus[0].index
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return self._found([g for g in self.node if g.uuid == uuid], uuid)
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id):
+        return self._found([g for g in self.node if g.pci_bus_id == bus_id.lower()], bus_id)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self._found([g for g in self.node if g.index == index], f"index {index}")
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        self.energy_mj[handle] += (handle + 1) * 1000
+        return self.energy_mj[handle]
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return 1000 + handle
+
+    def nvmlDeviceGetTemperature(self, handle, kind):
+        return 40
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0
