@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import types
 from pathlib import Path
 
@@ -60,16 +61,25 @@ def holder(folder: Path) -> subprocess.Popen:
         [sys.executable, "-c", HOLDER, str(folder)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        text=True,
+        bufsize=0,  # unbuffered: said() reads the pipe itself, a byte at a time
         env=env,
     )
 
 
 def said(process: subprocess.Popen, wait_s: float = 600) -> str:
-    """The next line ``process`` prints ("" if none within ``wait_s`` seconds: a bound
-    for a loaded machine, where a niced process may take minutes to start)."""
-    ready, _, _ = select.select([process.stdout], [], [], wait_s)
-    return process.stdout.readline().strip() if ready else ""
+    """The next line ``process`` prints (what came of it if none ends within ``wait_s``
+    seconds: a bound for a loaded machine, where a niced process may take minutes to
+    start). Read a byte at a time from the pipe, so no line waits in a buffer that
+    ``select`` cannot see."""
+    fd, line = process.stdout.fileno(), b""
+    deadline = time.monotonic() + wait_s
+    while not line.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        byte = os.read(fd, 1) if ready else b""
+        if not byte:
+            break
+        line += byte
+    return line.decode().strip()
 
 
 def lock_is_free(folder: Path, gpu: Gpu) -> bool:

@@ -133,7 +133,7 @@ def acquire(node_gpus: list[Gpu] | None = None, folder: str | os.PathLike | None
             if lease is not None:
                 if waiting_since is not None:
                     waited_s = time.monotonic() - waiting_since
-                    print(f"ssm-bench: GPU {gpu.index} leased after {waited_s:.1f} s")
+                    print(f"ssm-bench: GPU {gpu.index} leased after {waited_s:.1f} s", flush=True)
                 os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
                 os.environ["CUDA_VISIBLE_DEVICES"] = gpu.uuid or str(gpu.index)
                 _HELD = lease
@@ -142,7 +142,8 @@ def acquire(node_gpus: list[Gpu] | None = None, folder: str | os.PathLike | None
             waiting_since = time.monotonic()
             print(
                 f"ssm-bench: all {len(pool)} GPUs this job may use are leased (locks in "
-                f"{folder}); waiting for one"
+                f"{folder}); waiting for one",
+                flush=True,  # a job's log (a file, a pipe) says so while it waits
             )
         time.sleep(POLL_S)
 
