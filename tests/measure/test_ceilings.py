@@ -135,9 +135,10 @@ def test_calibrate_quick_cpu(tmp_path):
     expected = {
         "status", "reason", "device", "device_name", "torch", "cuda", "threads",
         "float32_matmul_precision", "quick", "copy", "matmul", "ceilings", "datasheet",
-        "datasheet_reason", "clocks", "llc_bytes", "started", "ended",
+        "datasheet_reason", "clocks", "llc_bytes", "started", "ended", "gpu",
     }  # fmt: skip
     assert set(record) == expected
+    assert record["gpu"] is None  # no GPU leased on a CPU run
     assert record["llc_bytes"] == last_level_cache_bytes("cpu")
     assert record["status"] == "ok" and record["device"] == "cpu" and record["quick"] is True
     assert record["device_name"] == cpu_model() and record["threads"] == 1
