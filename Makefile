@@ -57,13 +57,19 @@ cluster: $(SLURM_PLUGINS)/.installed  ## run the main job on a SLURM cluster: ma
 reproduce: venv  ## set up, then run the main job (the `cpu` preset here, `gpu` on a GPU box)
 	$(SNAKEMAKE)
 
+# Tests run on one pytest-xdist worker per core (tests/conftest.py keeps a module's tests,
+# and the modules that read one finished run, on one worker); PYTEST_WORKERS=0 runs them
+# in this process, one after another.
+PYTEST_WORKERS ?= auto
+PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS)
+
 test: $(VENV)/.fused $(SLURM_PLUGINS)/.installed  ## set up (with the fused kernels, checked under Triton's interpreter, and the SLURM plugin), then the tests
-	$(BIN)/pytest
+	$(PYTEST)
 
 # The loop to run while editing: every test that starts no Snakemake process and trains or
 # times nothing long (tests/conftest.py marks the others `slow`), in a few minutes.
 test-fast: $(VENV)/.fused  ## the fast tests only (no Snakemake runs, nothing long): pytest -m "not slow"
-	$(BIN)/pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: venv
 	$(BIN)/ruff check .

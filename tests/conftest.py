@@ -7,14 +7,20 @@ workflow copied once per session, without shipped runs), directly or through ano
 fixture; :func:`pytest_collection_modifyitems` marks each such test ``slow``, so
 ``make test-fast`` (``-m "not slow"``) leaves it out, and :func:`snakemake` refuses to
 start Snakemake for a test that is not marked so (no test is marked slow by hand for it).
+
+``make test`` spreads the tests over pytest-xdist's workers: a module's tests run on one
+worker, so its module fixtures are made once, and the modules that read one finished run
+share the worker that made it (:func:`pytest_xdist_make_scheduler`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -28,11 +34,74 @@ WORKFLOW_FIXTURE = "pristine_workflow"
 _RUNNING: dict[str, pytest.Item | None] = {"item": None}
 
 
+# The finished runs below, made once per session (per worker under pytest-xdist).
+SHARED_RUNS = ("ci_run", "lm_ci_run", "tasks_ci_run")
+TESTS = Path(__file__).parent
+
+
+def _run_of_module() -> dict[str, str]:
+    """``{module nodeid: finished run}`` for every test module whose source names one of
+    :data:`SHARED_RUNS` (pytest-xdist's controller, which schedules, collects nothing)."""
+    names = re.compile(r"\b(" + "|".join(SHARED_RUNS) + r")\b")
+    runs = {}
+    for module in sorted(TESTS.rglob("test_*.py")):
+        found = set(names.findall(module.read_text()))
+        if len(found) > 1:
+            raise pytest.UsageError(f"{module} reads {sorted(found)}: one finished run a module")
+        if found:
+            runs[module.relative_to(REPO).as_posix()] = found.pop()
+    return runs
+
+
+RUN_OF_MODULE = _run_of_module()
+
+
+def _group(nodeid: str) -> str:
+    """The tests that run on one worker: a module's, or all of those that read one
+    finished run (which that worker makes, and no other)."""
+    module = nodeid.split("::")[0]
+    return RUN_OF_MODULE.get(module, module)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s workers take whole groups (:func:`_group`), in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def pytest_configure(config):
+    """On a pytest-xdist worker, torch computes on one thread: the workers already keep the
+    cores busy, and two threads per worker would wait on each other (a measuring test sets
+    its own count, as a cell does)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark ``slow`` every test whose fixtures include the pristine workflow."""
+    """Mark ``slow`` every test whose fixtures include the pristine workflow; put the
+    groups with slow tests first (so the longest do not start last and leave one worker
+    finishing alone), each group's tests together."""
     for item in items:
         if WORKFLOW_FIXTURE in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+        run = next((name for name in item.fixturenames if name in SHARED_RUNS), None)
+        if run is not None and _group(item.nodeid) != run:
+            raise pytest.UsageError(f"{item.nodeid} reads {run}, its module is not grouped so")
+    groups: dict[str, list] = defaultdict(list)
+    for item in items:
+        groups[_group(item.nodeid)].append(item)
+    slow_first = sorted(
+        groups.values(), key=lambda g: not any(i.get_closest_marker("slow") for i in g)
+    )
+    items[:] = [item for group in slow_first for item in group]
 
 
 def pytest_runtest_setup(item):
