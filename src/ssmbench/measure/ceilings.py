@@ -20,27 +20,27 @@ Method:
   number of samples through :func:`ssmbench.measure.timing.measure` (CUDA events or
   ``perf_counter_ns``); the median is the ceiling, every sample is kept.
 
-Datasheet peaks are dense (no 2:4 structured sparsity).  Where a datasheet prints only the
-with-sparsity figure, the entry says so and stores half of it.
+Datasheet peaks come from the device catalogue, ``config/devices.yaml``
+(:mod:`ssmbench.catalogue`), each with its source: dense (no 2:4 structured sparsity); where
+a datasheet prints only the with-sparsity figure, the entry says so and stores half of it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ssmbench import catalogue
 from ssmbench.gpulease import gpu_record
 from ssmbench.matrix import Timing
 from ssmbench.measure.timing import measure
 from ssmbench.provenance import cpu_model, now
 
 __all__ = [
-    "DATASHEET",
     "calibrate",
     "datasheet_for",
     "datasheet_key",
@@ -67,122 +67,28 @@ LOW_PRECISION = ("bf16", "fp16")
 # ssmbench.models.DTYPES names.
 MATMUL_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
 
-# Dense peaks: bandwidth in GB/s (1e9 B/s), compute in TFLOP/s (1e12 flop/s).  fp32 is the
-# non-tensor (CUDA core) rate; tf32/bf16/fp16 are tensor-core rates with FP32 accumulation
-# where the datasheet distinguishes.  None: the device has no such tensor-core mode.
-_HOPPER_DS = (
-    "NVIDIA H100 Tensor Core GPU Datasheet, "
-    "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
-)
-_A100_DS = (
-    "NVIDIA A100 Tensor Core GPU Datasheet (r4), https://www.nvidia.com/content/dam/en-zz/"
-    "Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
-)
-DATASHEET: dict[str, dict] = {
-    "H100 SXM": {
-        "memory_gbps": 3350.0,
-        # tf32/bf16/fp16: half the datasheet's with-sparsity 989 / 1,979 / 1,979 TFLOPS.
-        "tflops": {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
-        "source": _HOPPER_DS + " (H100 SXM column)",
-    },
-    "H100 PCIe": {
-        "memory_gbps": 2000.0,
-        # tf32/bf16/fp16: half the datasheet's with-sparsity 756 / 1,513 / 1,513 TFLOPS.
-        "tflops": {"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5},
-        "source": _HOPPER_DS + " (H100 PCIe column); NVIDIA H100 PCIe GPU Product Brief "
-        "PB-11133-001 for the 2,000 GB/s",
-    },
-    "H200 SXM": {
-        "memory_gbps": 4800.0,
-        # tf32/bf16/fp16: half the datasheet's with-sparsity 989 / 1,979 / 1,979 TFLOPS.
-        "tflops": {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
-        "source": "NVIDIA H200 Tensor Core GPU Datasheet (H200 SXM column), "
-        "https://www.nvidia.com/en-us/data-center/h200/",
-    },
-    "A100 SXM 80GB": {
-        "memory_gbps": 2039.0,
-        # The A100 datasheet prints dense and with-sparsity figures; these are the dense ones.
-        "tflops": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-        "source": _A100_DS + " (A100 80GB SXM column)",
-    },
-    "A100 SXM 40GB": {
-        "memory_gbps": 1555.0,
-        "tflops": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-        "source": _A100_DS + " (A100 40GB SXM column)",
-    },
-    "A100 PCIe 80GB": {
-        "memory_gbps": 1935.0,
-        "tflops": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-        "source": _A100_DS + " (A100 80GB PCIe column)",
-    },
-    "A100 PCIe 40GB": {
-        "memory_gbps": 1555.0,
-        "tflops": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-        "source": _A100_DS + " (A100 40GB PCIe column)",
-    },
-    "L40S": {
-        "memory_gbps": 864.0,
-        # The datasheet prints dense TF32 183 and BF16/FP16 362.05 beside the with-sparsity
-        # 366 / 733; 362.05 is the printed dense figure (733 / 2 would be 366.5).
-        "tflops": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05},
-        "source": "NVIDIA L40S GPU Datasheet, "
-        "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413",
-    },
-    "L4": {
-        "memory_gbps": 300.0,
-        # tf32/bf16/fp16: half the datasheet's with-sparsity 120 / 242 / 242 TFLOPS.
-        "tflops": {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0},
-        "source": "NVIDIA L4 Tensor Core GPU Datasheet, "
-        "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet",
-    },
-    "T4": {
-        "memory_gbps": 320.0,
-        # Turing: no sparsity, no TF32, no BF16; fp16 is "mixed precision (FP16/FP32)".
-        "tflops": {"fp32": 8.1, "tf32": None, "bf16": None, "fp16": 65.0},
-        "source": "NVIDIA T4 Tensor Core GPU Datasheet, https://www.nvidia.com/content/dam/"
-        "en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf",
-    },
-    "RTX 4090": {
-        "memory_gbps": 1008.0,
-        # Ada whitepaper, Appendix A: dense with FP32 accumulate (what torch's fp16/bf16 GEMMs
-        # use); FP16 with FP16 accumulate is 330.3, and the with-sparsity figures are double.
-        "tflops": {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2},
-        "source": "NVIDIA Ada GPU Architecture whitepaper, Appendix A (GeForce RTX 4090), "
-        "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/"
-        "nvidia-ada-gpu-architecture.pdf",
-    },
-}
-
-# (pattern on the lower-cased torch.cuda.get_device_name(), DATASHEET key or None), first
-# match wins.  None marks look-alikes whose peaks differ and are not in the table, so they
-# are not matched to a sibling: GH200 (Grace Hopper), the NVL boards, RTX 4090 D and laptop.
-_MATCH: tuple[tuple[str, str | None], ...] = (
-    (r"\bgh200\b", None),
-    (r"\bh200\b.*\bnvl\b", None),
-    (r"\bh200\b", "H200 SXM"),
-    (r"\bh100\b.*\bnvl\b", None),
-    (r"\bh100\b.*\bpcie\b", "H100 PCIe"),
-    (r"\bh100\b", "H100 SXM"),  # "NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"
-    (r"\ba100\b.*\bpcie\b.*\b80gb\b|\ba100\b.*\b80gb\b.*\bpcie\b", "A100 PCIe 80GB"),
-    (r"\ba100\b.*\bpcie\b", "A100 PCIe 40GB"),
-    (r"\ba100\b.*\b80gb\b", "A100 SXM 80GB"),
-    (r"\ba100\b.*\b40gb\b", "A100 SXM 40GB"),
-    (r"\bl40s\b", "L40S"),
-    (r"\bl4\b", "L4"),
-    (r"\bt4\b", "T4"),
-    (r"\brtx 4090 d\b|\brtx 4090\b.*\blaptop\b", None),
-    (r"\brtx 4090\b", "RTX 4090"),
-)
+# The datasheet's tflops keys, in the order device.json has always written them.
+DATASHEET_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
 
 def datasheet_for(device_name: str) -> dict | None:
-    """The :data:`DATASHEET` entry for a CUDA device name (plus its ``name``), or None for a
-    device not in the table (every CPU among them)."""
-    name = device_name.lower()
-    for pattern, key in _MATCH:
-        if re.search(pattern, name):
-            return None if key is None else {"name": key, **DATASHEET[key]}
-    return None
+    """The vendor's peaks for a CUDA device name, from the device catalogue
+    (:func:`ssmbench.catalogue.match`, ``config/devices.yaml``), as device.json keeps them:
+    ``{"name", "memory_gbps" (GB/s), "tflops" ({dtype: dense TFLOP/s or None}),
+    "source"}``; None for a device the catalogue does not know (every CPU among them)."""
+    entry = catalogue.match(device_name, kind="gpu")
+    if entry is None:
+        return None
+    source = entry.sources.get("peak_TFLOPs", "")
+    bandwidth_source = entry.sources.get("bandwidth_GBps", "")
+    if bandwidth_source and bandwidth_source != source:
+        source = f"{source}; {bandwidth_source}" if source else bandwidth_source
+    return {
+        "name": entry.name,
+        "memory_gbps": entry.bandwidth_GBps,
+        "tflops": {dtype: entry.peak_TFLOPs[dtype] for dtype in DATASHEET_DTYPES},
+        "source": source,
+    }
 
 
 def datasheet_key(dtype: str, float32_matmul_precision: str = "highest") -> str:
@@ -418,10 +324,11 @@ def calibrate(
     ``torch``, ``cuda``, ``threads``, ``float32_matmul_precision``, ``quick``; ``copy``
     (:func:`measure_copy_bandwidth`); ``matmul`` ({dtype: :func:`measure_matmul_rate`});
     ``ceilings`` ({"bw_gbps", "tflops": {dtype: TFLOP/s or None}}), the numbers that
-    :func:`utilization` divides by; ``datasheet`` (the :data:`DATASHEET` entry or None) and
-    ``datasheet_reason``; ``clocks`` (GPU SM clock and temperature before and after, CUDA
-    only); ``started`` and ``ended`` (UTC ISO 8601).  On CPU the job takes ``threads``
-    threads (default: every core, as the bench jobs do) and restores the old count after.
+    :func:`utilization` divides by; ``datasheet`` (:func:`datasheet_for`: the catalogue's
+    entry, or None) and ``datasheet_reason``; ``clocks`` (GPU SM clock and temperature
+    before and after, CUDA only); ``started`` and ``ended`` (UTC ISO 8601).  On CPU the job
+    takes ``threads`` threads (default: every core, as the bench jobs do) and restores the
+    old count after.
     """
     import torch
 
