@@ -388,7 +388,7 @@ def code_columns() -> dict[str, list[str]]:
     return {
         "cells.csv": tables.CELL_COLUMNS
         + tables.SIZE_COLUMNS
-        + ["family"]
+        + ["family", "device_kind"]
         + tables.REPLICATE_COLUMNS,
         "samples.parquet": tables.SAMPLES_COLUMNS,
         "paired.csv": tables.PAIRED_COLUMNS,

@@ -72,6 +72,30 @@ def test_compute_dtype_is_recorded_tabulated_and_optional_in_old_tables(tmp_path
         assert len(tables.read_cells(table / "cells.csv")) > 0
 
 
+def test_device_kind_names_each_cell_by_the_device_catalogue(tmp_path):
+    """device_kind: the catalogue's entry for the leased GPU's name (the record's ``gpu``)
+    before torch's ``device_name``, for a CPU model; the name itself where no entry
+    matches; the device where the cell recorded no name.  Tables without it still read."""
+    h200 = {"index": 0, "uuid": "GPU-0", "pci_bus_id": "00000000:01:00.0", "name": "NVIDIA H200"}
+    cells = tables.cells_table(
+        [
+            make_record(seq_len=64, device="cuda", device_name="NVIDIA H200", gpu=h200),
+            make_record(seq_len=128, device="cuda", device_name="NVIDIA H100 80GB HBM3"),
+            make_record(seq_len=256, device="cuda", device_name="NVIDIA A10"),
+            make_record(seq_len=512, device="cpu", device_name="AMD EPYC"),
+            make_record(seq_len=1024, device="cpu", device_name="Intel(R) Xeon(R) Gold 6338"),
+            make_record(seq_len=2048, device="cpu", device_name=""),
+        ]
+    )
+    assert list(cells.device_kind) == [
+        "H200 SXM", "H100 SXM", "NVIDIA A10", "AMD EPYC VM", "x86 server core", "cpu",
+    ]  # fmt: skip
+    tables.write_tables({"cells": cells}, {"cells.csv": str(tmp_path / "cells.csv")})
+    assert list(tables.read_cells(tmp_path / "cells.csv").device_kind) == list(cells.device_kind)
+    cells.drop(columns=["device_kind"]).to_csv(tmp_path / "old.csv", index=False)
+    assert "device_kind" not in tables.read_cells(tmp_path / "old.csv")
+
+
 def test_tables_refuse_duplicate_cells_and_p95_below_median(tmp_path):
     with pytest.raises(pa.errors.SchemaError, match="p95_ge_median"):
         tables.cells_table([make_record(time_ms_p95=1.0)])

@@ -29,7 +29,15 @@ from ssmbench.errors import ConfigError
 from ssmbench.paths import REPO
 from ssmbench.schemas import config_key, schema_errors
 
-__all__ = ["DEVICES_YAML", "CatalogueError", "Device", "device", "load", "match"]
+__all__ = [
+    "DEVICES_YAML",
+    "CatalogueError",
+    "Device",
+    "device",
+    "device_kind",
+    "load",
+    "match",
+]
 
 DEVICES_YAML = REPO / "config" / "devices.yaml"
 SCHEMA = REPO / "workflow" / "schemas" / "devices.schema.yaml"
@@ -190,3 +198,20 @@ def match(
         if (kind is None or entry.kind == kind) and entry.matches(device_name):
             return entry
     return None
+
+
+# a record's ``device`` (cpu, cuda) -> the kind of catalogue entry it can be
+KIND_OF_DEVICE = {"cuda": "gpu", "cpu": "cpu"}
+
+
+def device_kind(device: str, device_name: str | None, gpu_name: str | None = None) -> str:
+    """What a record's device is, the same words in every run: the catalogue's name for it
+    (:func:`match` of the kind ``device`` is, on the physical GPU's name ``gpu_name`` where
+    the record has one, else ``device_name``); else the name as recorded (a GPU or a CPU
+    model the catalogue does not know); else ``device`` itself ("cpu" for a cell that never
+    ran and so recorded no name)."""
+    name = gpu_name or device_name or ""
+    entry = match(name, kind=KIND_OF_DEVICE.get(device))
+    if entry is not None:
+        return entry.name
+    return name or device

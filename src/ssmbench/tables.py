@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pandera.pandas as pa
 
+from ssmbench.catalogue import device_kind
 from ssmbench.measure.profile import BUCKETS  # torch-free at import
 from ssmbench.records import CellRecord
 from ssmbench.registry import PHASES, STATUSES, VERIFY_STATUSES
@@ -120,6 +121,10 @@ CELLS_SCHEMA = pa.DataFrameSchema(
         # the family that colours a model in every figure: the model itself for our runs,
         # e.g. "mamba2" for SSM-Scope's "mamba2-780m" (ssmbench.importers.ssm_scope)
         "family": pa.Column(str, nullable=True, coerce=True),
+        # the cell's device as the device catalogue names it (ssmbench.catalogue.device_kind:
+        # "H100 SXM" for "NVIDIA H100 80GB HBM3"), the same words in every run; absent in
+        # older tables
+        "device_kind": pa.Column(str, nullable=True, required=False, coerce=True),
         # a replicated cell's processes together (REPLICATE_COLUMNS); absent in older tables
         "replicates_ok": pa.Column(
             pd.Int64Dtype(), pa.Check.ge(0), nullable=True, required=False, coerce=True
@@ -510,7 +515,7 @@ def cells_table(
             row = _replicated_row(group)
         rows.append(row)
         named.append(", ".join(origin.get(id(r), "") for r in group if id(r) in origin))
-    columns = CELL_COLUMNS + SIZE_COLUMNS + ["family"] + REPLICATE_COLUMNS
+    columns = CELL_COLUMNS + SIZE_COLUMNS + ["family", "device_kind"] + REPLICATE_COLUMNS
     df = pd.DataFrame(rows, columns=columns)
     for col in REPLICATE_TEXT:
         df[col] = df[col].astype(object).fillna("").astype(str)
@@ -544,6 +549,9 @@ def _cell_row(record: CellRecord) -> dict:
     row["loaded"] = judged_load(record)
     row.update({c: d["size"][c] for c in SIZE_COLUMNS})
     row["family"] = d["model"]
+    row["device_kind"] = device_kind(
+        record.device, record.device_name, (record.gpu or {}).get("name")
+    )
     return row
 
 
@@ -636,7 +644,7 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
     if path.suffix == ".parquet":
         df = pd.read_parquet(path)
     else:
-        df = _read_text_csv(path, (*TEXT_COLUMNS, "family", *REPLICATE_TEXT))
+        df = _read_text_csv(path, (*TEXT_COLUMNS, "family", "device_kind", *REPLICATE_TEXT))
     return _checked(df, CELLS_SCHEMA, path, "cells table")
 
 

@@ -209,6 +209,12 @@ def test_small_clone_gives_both_runs_with_valid_tables(synthetic):
         assert list(found["ops"].columns) == tables.OPS_COLUMNS
     # what the cells table needs beyond CELLS_SCHEMA: nullable sizes and a family column
     assert set(cells_schema().columns) - set(tables.CELLS_SCHEMA.columns) <= {"family"}
+    # each run's device as the device catalogue names it (config/devices.yaml)
+    kinds = {run: set(found["cells"].device_kind) for run, found in synthetic.items()}
+    assert kinds == {
+        "ssm-scope-rtx4090": {"RTX 4090"},
+        "ssm-scope-jetson": {"Jetson Orin Nano 8GB"},
+    }
 
 
 def test_generation_times_become_prefill_and_decode_cells(synthetic):

@@ -123,6 +123,7 @@ import pandas as pd
 import pandera.pandas as pa
 
 from ssmbench import claims
+from ssmbench.catalogue import device_kind
 from ssmbench.importers.layout import RUNS, Run  # noqa: F401  (read from here by the tests)
 from ssmbench.tables import (
     CELL_COLUMNS,
@@ -266,7 +267,7 @@ def cells_schema() -> pa.DataFrameSchema:
     return schema
 
 
-CELLS_OUT_COLUMNS = CELL_COLUMNS + SIZE_COLUMNS + ["family"]
+CELLS_OUT_COLUMNS = CELL_COLUMNS + SIZE_COLUMNS + ["family", "device_kind"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -357,6 +358,7 @@ def _cell(run: str, spec: Run, name: str, phase: str, seq_len: int, batch: int) 
         "dtype": model.dtype,
         "device": "cuda",
         "device_name": spec.device_name,
+        "device_kind": device_kind("cuda", spec.device_name),
         "status": "ok",
         "reason": "",
         "n_samples": 1,
