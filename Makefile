@@ -90,11 +90,13 @@ figures-precollected: venv  ## every figure from results/precollected/, nothing 
 	$(SNAKEMAKE) --config source=precollected
 
 # Artifact evaluation in an environment without torch: only the analysis dependencies.
+# SSM_SCOPE=<clone of sapmitra/SSM-Scope>: its runs too, and the cross-device figures
+# (figures/compare/devices/) of the shipped block runs beside them
 artifact:
 	$(PYTHON) -m venv .venv-artifact
 	.venv-artifact/bin/pip install --quiet -c requirements.lock -e .
 	.venv-artifact/bin/python -m ssmbench verify-provenance results/precollected
-	.venv-artifact/bin/snakemake --cores $(CORES) --config source=precollected
+	.venv-artifact/bin/snakemake --cores $(CORES) --config source=precollected $(if $(SSM_SCOPE),import_ssm_scope=$(SSM_SCOPE))
 
 # Wheels for scripts/offline_install.sh on a GPU machine without internet (CPython 3.12,
 # x86-64, with the packages of config/device-packages.txt, torch among them): the closure

@@ -381,7 +381,7 @@ def documented_columns() -> dict[str, list[str]]:
 
 
 def code_columns() -> dict[str, list[str]]:
-    from ssmbench import analysis, claims, tables
+    from ssmbench import analysis, claims, compare, tables
     from ssmbench.lm import table as lm_table
     from ssmbench.tasks import table as tasks_table
 
@@ -403,6 +403,7 @@ def code_columns() -> dict[str, list[str]]:
         "tasks.csv": tasks_table.COLUMNS,
         "task_accuracy.csv": tasks_table.FIGURE_COLUMNS,
         "quality_vs_speed.csv": tasks_table.FIGURE_COLUMNS + tasks_table.SPEED_COLUMNS,
+        "compare.csv": compare.COLUMNS,
     }
 
 

@@ -32,7 +32,7 @@ CONFIG_FILE = "config/config.yaml"  # the workflow's, relative to its working di
 # Folders beside the runs under results/, figures/ and logs/ that hold other runs' data
 # or their provenance checks (ssmbench.paths): a run of one of these names would write
 # into them.
-RESERVED_RUNS = ("precollected", "imported", "provenance")
+RESERVED_RUNS = ("precollected", "imported", "provenance", "compare")
 
 # The least memory a cell's process can measure anything in: `python -c "import torch"`
 # maps 625 MiB of address space and holds 219 MiB resident (torch 2.13.0+cpu, Python

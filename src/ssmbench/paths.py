@@ -39,7 +39,9 @@ FIGURE_LOGS = {
     "live": "logs/{run}/figure/{figure}.log",
     "precollected": "logs/precollected/{run}/figure/{figure}.log",
     "imported": "logs/imported/{run}/figure/{figure}.log",
+    "compare": "logs/compare/{run}/figure/{figure}.log",
 }
+COMPARE_TABLE_LOG = "logs/compare/{run}/compare_table.log"
 VERIFY_PROVENANCE_LOG = "logs/precollected/{run}/verify_provenance.log"
 IMPORT_LOG = "logs/imported/ssm_scope.log"
 # a paired cell (ssmbench.paired): its SSM side's axes; attention is the other side; one
@@ -61,11 +63,18 @@ FIGURE = "figures/{run}/{figure}.{ext}"
 # (ssmbench.config.RESERVED_RUNS).
 PRECOLLECTED_FIGURE = "figures/precollected/{run}/{figure}.{ext}"
 IMPORTED_FIGURE = "figures/imported/{run}/{figure}.{ext}"
+# Runs side by side (ssmbench.compare): {run} names the comparison, COMPARISON the one the
+# workflow draws (every shipped block run beside every imported run); no run is named
+# compare (ssmbench.config.RESERVED_RUNS).
+COMPARE_FIGURE = "figures/compare/{run}/{figure}.{ext}"
+COMPARE_TABLE = "results/compare/{run}/compare.csv"
+COMPARISON = "devices"
 # where the figures of a run come from (the config's ``source``, or an importer) -> pattern
 FIGURES_BY_ORIGIN = {
     "live": FIGURE,
     "precollected": PRECOLLECTED_FIGURE,
     "imported": IMPORTED_FIGURE,
+    "compare": COMPARE_FIGURE,
 }
 PRECOLLECTED_TABLE = "{precollected}/{run}/tables/{table}"
 IMPORTED_TABLE = "results/imported/{run}/tables/{table}"

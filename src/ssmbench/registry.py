@@ -388,6 +388,9 @@ def range_scope(name: str) -> str | None:
 # with tasks ("tasks": its block cells are the families' speed), an imported run of
 # another study ("imported", ssmbench.importers)
 RUN_KINDS = ("blocks", "lm", "tasks", "imported")
+# Not a run: two or more runs side by side (ssmbench.compare), whose figures draw from the
+# comparison table.
+COMPARISON = "compare"
 
 
 @dataclass(frozen=True)
@@ -398,7 +401,7 @@ class Figure:
 
     name: str
     module: str  # the figures module that draws it
-    table: str = "cells"  # cells, ops, or a table a run's rules make (RUN_TABLES)
+    table: str = "cells"  # cells, ops, a table a run's rules make (RUN_TABLES), or compare
     runs: tuple[str, ...] = ("blocks",)
     lm_phase: str | None = None  # the phase a whole-model run's draws (None: all)
 
@@ -430,10 +433,13 @@ _FIGURES = (
     Figure("claims", "verdict", table="claims", runs=RUN_KINDS),
     Figure("task_accuracy", "tasks", table="task_accuracy", runs=("tasks",)),
     Figure("quality_vs_speed", "tasks", table="quality_vs_speed", runs=("tasks",)),
+    Figure("latency_across_devices", "compare", table="compare", runs=(COMPARISON,)),
+    Figure("go_no_go_across_devices", "compare", table="compare", runs=(COMPARISON,)),
+    Figure("utilization_across_devices", "compare", table="compare", runs=(COMPARISON,)),
 )
 FIGURES: dict[str, Figure] = {f.name: f for f in _FIGURES}
 
 
 def figures_of(kind: str) -> tuple[str, ...]:
-    """The figures a run of ``kind`` (RUN_KINDS) draws, in the catalogue's order."""
+    """The figures a run of ``kind`` (RUN_KINDS, or COMPARISON) draws, in the catalogue's order."""
     return tuple(f.name for f in _FIGURES if kind in f.runs)

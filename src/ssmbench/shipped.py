@@ -23,3 +23,15 @@ def shipped_kind(run_dir: str | os.PathLike) -> str | None:
     if (tables / "lm.csv").is_file():
         return "lm"
     return None
+
+
+def compared_runs(directory: str | os.PathLike) -> list[str]:
+    """The shipped runs the cross-device comparison draws (``ssmbench.compare``): the block
+    runs, less those with tasks, whose cells time the tasks' models rather than a sweep."""
+    root = Path(directory)
+    return [
+        run
+        for run in precollected_runs(root)
+        if shipped_kind(root / run) == "blocks"
+        and not (root / run / "tables" / "tasks.csv").is_file()
+    ]

@@ -19,8 +19,13 @@ from ssmbench.lm.matrix import LMCell  # noqa: E402
 from ssmbench.matrix import Cell  # noqa: E402
 from ssmbench.prewarm import PREWARM_BACKENDS, prewarm_groups  # noqa: E402
 from ssmbench.provenance import vouched  # noqa: E402
-from ssmbench.registry import RUN_TABLES, figures_of, verified_backend  # noqa: E402
-from ssmbench.shipped import precollected_runs  # noqa: E402
+from ssmbench.registry import (  # noqa: E402
+    COMPARISON,
+    RUN_TABLES,
+    figures_of,
+    verified_backend,
+)
+from ssmbench.shipped import compared_runs, precollected_runs  # noqa: E402
 from ssmbench.tasks.matrix import TaskCell  # noqa: E402
 
 # Every config file read strictly (the --configfile ones too: a key twice is refused),
@@ -48,6 +53,11 @@ SIZE = vars(PLAN.size) if PLAN.size else {}  # the blocks' size (none in a prese
 IMPORTED_RUNS = list(SSM_SCOPE_RUNS) if PLAN.import_ssm_scope else []
 IMPORTED_FIGURES = figures_of("imported")
 LIVE = PLAN.source == "live"
+# Runs side by side (ssmbench.compare): from shipped data, every shipped block run (not a
+# run with tasks) beside every imported run, drawn once there are two.
+COMPARED = [] if LIVE else compared_runs(PLAN.precollected_dir) + IMPORTED_RUNS
+COMPARISONS = [paths.COMPARISON] if len(COMPARED) >= 2 else []
+COMPARE_FIGURES = figures_of(COMPARISON)
 # The report's landing page (workflow/report/workflow.rst) includes this run's verdict.
 if LIVE:
     config["report_verdict"] = paths.table(RUN, "verdict.rst")
@@ -414,6 +424,36 @@ def imported_figure_table(wildcards):
     return paths.imported_table(wildcards.run, name)
 
 
+def compared(wildcards):
+    """The runs of comparison ``wildcards.run``: name -> its tables folder."""
+    if wildcards.run not in COMPARISONS:
+        raise ValueError(
+            f"no comparison {wildcards.run!r}: with source=precollected the workflow "
+            f"compares {paths.COMPARISON!r}, once there are two runs (it has {COMPARED})"
+        )
+    runs = {}
+    for run in COMPARED:
+        if run in IMPORTED_RUNS:
+            runs[run] = str(Path(paths.imported_table(run, "cells.csv")).parent)
+        else:
+            runs[run] = str(Path(PLAN.precollected_dir, run, "tables"))
+    return runs
+
+
+def compare_inputs(wildcards):
+    """What a comparison reads: each run's cells table, and a shipped run's go/no-go table
+    where it has one, with its provenance stamp (checked before it is drawn)."""
+    files, verified = [], []
+    for run, folder in compared(wildcards).items():
+        files.append(str(Path(folder, "cells.csv")))
+        if run in IMPORTED_RUNS:
+            continue
+        verified.append(paths.verified(run))
+        if Path(folder, "go_no_go.csv").is_file():
+            files.append(str(Path(folder, "go_no_go.csv")))
+    return dict(tables=files, verified=verified)
+
+
 def figure_kind(wildcards):
     return figure_spec(wildcards).table
 
@@ -479,4 +519,6 @@ def all_targets():
             targets += figures_of(run, run_figures(run), "precollected")
     for run in IMPORTED_RUNS:
         targets += figures_of(run, IMPORTED_FIGURES, "imported")
+    for comparison in COMPARISONS:
+        targets += figures_of(comparison, COMPARE_FIGURES, "compare")
     return with_prov(targets)

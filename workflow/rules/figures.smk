@@ -4,6 +4,8 @@ localrules:
     figure,
     figure_precollected,
     figure_imported,
+    compare_table,
+    figure_compare,
 
 
 # A shipped run is checked before any of its figures is drawn: every file against its
@@ -85,3 +87,38 @@ use rule figure as figure_imported with:
         **figure_outputs("imported"),
     log:
         paths.FIGURE_LOGS["imported"],
+
+
+# Runs side by side (ssmbench.compare): every compared run's tables joined into one
+# comparison table, results/compare/<comparison>/compare.csv.
+rule compare_table:
+    input:
+        unpack(compare_inputs),
+    output:
+        table=paths.COMPARE_TABLE,
+        prov=paths.prov(paths.COMPARE_TABLE),
+    log:
+        paths.COMPARE_TABLE_LOG,
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        runs=compared,
+    script:
+        "../scripts/compare_table.py"
+
+
+# A comparison's figure: figures/compare/<comparison>/, from its comparison table.
+use rule figure as figure_compare with:
+    input:
+        table=paths.COMPARE_TABLE,
+        notebook="notebooks/{figure}.ipynb",
+    output:
+        **figure_outputs("compare"),
+    log:
+        paths.FIGURE_LOGS["compare"],
+    params:
+        filters={},
+        notebook_kind="compare",
+        caption=lambda w: Path(
+            workflow.basedir, f"workflow/report/{w.figure}.rst"
+        ).read_text(),

@@ -13,7 +13,8 @@ cells by default)::
 Modules: ``style`` (colours, line styles, markers), ``data`` (selecting and shaping rows),
 ``panels`` (titles, missing panels, markers, legends), and one per figure group, named
 by each figure's registry entry (``Figure.module``): ``latency``, ``utilization``,
-``energy``, ``memory``, ``ops``, ``decode``, ``verdict``, ``tasks``.  :data:`FIGURES`
+``energy``, ``memory``, ``ops``, ``decode``, ``verdict``, ``tasks``, and ``compare`` (runs
+side by side, from :func:`ssmbench.compare.compare_table`'s table).  :data:`FIGURES`
 takes every drawing function from the module its entry names.
 """
 
