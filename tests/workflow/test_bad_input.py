@@ -377,6 +377,11 @@ def run_named_provenance():
 
 
 @case
+def run_named_compare():  # results/compare/ and figures/compare/ hold runs side by side
+    return with_cli("run", "compare", "'compare' is reserved")
+
+
+@case
 def preset_run_named_imported():
     return with_preset("run", "imported")
 
