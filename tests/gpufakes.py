@@ -7,11 +7,14 @@ tests/measure/test_energy.py, tests/workflow/test_one_job_per_device.py):
   is the GPU ``CUDA_VISIBLE_DEVICES`` names first (the node's first where it is unset), as
   the CUDA runtime would choose it;
 - NVML's lookups: :class:`FakeNVML`, one energy counter per GPU that advances by
-  ``index + 1`` joules per read, so an energy reading names the device it was read from.
+  ``index + 1`` joules per read, so an energy reading names the device it was read from;
+- a tiny kernel's launches and CUDA graphs of them over a clock of their own:
+  :class:`FakeLaunches` (tests/measure/test_ceilings.py, the dispatch ceiling).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import types
 
@@ -126,3 +129,64 @@ class FakeNVML:
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
         return 0
+
+
+class FakeLaunches:
+    """A tiny kernel (:meth:`launch`) and the names of ``torch.cuda`` that
+    :func:`ssmbench.measure.ceilings.capture_graph` uses, over a clock of its own
+    (:meth:`clock_ns`): an eager launch costs ``launch_ns``; a launch while a graph is
+    being captured is recorded in it and costs nothing; a replay costs ``replay_ns`` plus
+    ``kernel_ns`` per kernel it holds; :meth:`synchronize` costs ``sync_ns`` (the queue's
+    last kernel draining), so a timer that reads the clock around it shows it."""
+
+    def __init__(self, launch_ns: int, kernel_ns: int, replay_ns: int, sync_ns: int):
+        self.launch_ns, self.kernel_ns = launch_ns, kernel_ns
+        self.replay_ns, self.sync_ns = replay_ns, sync_ns
+        self.now_ns = 0
+        self.launches = self.syncs = 0
+        self.capturing = None
+        self.graphs: list = []
+
+    def clock_ns(self) -> int:
+        return self.now_ns
+
+    def launch(self) -> None:
+        if self.capturing is not None:
+            self.capturing.kernels += 1
+            return
+        self.launches += 1
+        self.now_ns += self.launch_ns
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+        self.now_ns += self.sync_ns
+
+    def CUDAGraph(self):  # noqa: N802  (torch.cuda's name)
+        fake = self
+
+        class Graph:
+            kernels = 0
+
+            def replay(self):
+                fake.now_ns += fake.replay_ns + self.kernels * fake.kernel_ns
+
+        self.graphs.append(Graph())
+        return self.graphs[-1]
+
+    @contextlib.contextmanager
+    def graph(self, graph):
+        self.capturing = graph
+        try:
+            yield
+        finally:
+            self.capturing = None
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    def current_stream(self):
+        return self.Stream()
+
+    def stream(self, stream):
+        return contextlib.nullcontext()

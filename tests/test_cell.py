@@ -322,6 +322,8 @@ def test_compile_backend_verifies_and_measures():
     r = run_cell(spec(model="attention", backend="compile", d_state=0), verify=verify, threads=1)
     assert r.status == "ok", r.reason
     assert r.n_samples == 3
+    # a dispatch mode would count the eager code Dynamo falls back to: not counted
+    assert r.n_ops is None and r.n_ops_method.startswith("not counted: under a TorchDispatch")
 
 
 def test_compile_that_cannot_build_is_unavailable(monkeypatch):
@@ -668,3 +670,56 @@ def test_a_random_and_a_prefilled_cache_time_alike(model):
                 samples[src].append(time.perf_counter() - start)
     ratio = statistics.median(samples["random"]) / statistics.median(samples["prefill"])
     assert 1 / 1.5 < ratio < 1.5, samples
+
+
+def test_a_naive_prefill_counts_its_loop_per_token_and_a_decode_step_does_not_grow():
+    """n_ops of mamba2's naive prefill (one layer) grows with T by the loop body of
+    ssd_naive per token: ``x_t[..., None] * B_t[:, :, None, :]`` (unsqueeze x2, mul),
+    ``decay_t[..., None, None] * state + update`` (unsqueeze x2, mul, add) and the einsum
+    ``bhpn,bhn->bhp`` (counted alone at the layer's shapes: h = 64 / 16 heads of p = 16,
+    n = 4); unbind and stack are one op whatever T.  A decode step has no loop over T."""
+    import torch
+
+    from ssmbench.measure.opcount import count_aten_ops
+
+    state, C_t = torch.randn(1, 4, 16, 4), torch.randn(1, 4, 4)
+    einsum = count_aten_ops(lambda: torch.einsum("bhpn,bhn->bhp", state, C_t)).n_ops
+    per_token = 3 + 4 + einsum
+    short, long = (run_cell(spec(model="mamba2", backend="naive", seq_len=t)) for t in (32, 48))
+    assert short.status == long.status == "ok", (short.reason, long.reason)
+    assert short.n_ops_kind == "aten_ops" and "TorchDispatchMode" in short.n_ops_method
+    assert long.n_ops - short.n_ops == (48 - 32) * per_token
+    steps = [run_cell(spec(model="mamba2", phase="decode", seq_len=t)) for t in (32, 48)]
+    assert steps[0].n_ops == steps[1].n_ops > 0
+
+
+def test_ops_are_counted_on_one_call_after_the_timed_ones(monkeypatch):
+    import ssmbench.cell as cell_mod
+    from ssmbench.measure import opcount
+
+    calls = []
+    real_work, real_count = cell_mod.phase_work, opcount.count_ops
+
+    def logged_work(*args, **kwargs):
+        work = real_work(*args, **kwargs)
+        fn = work.fn
+
+        def call():
+            calls.append("call")
+            return fn()
+
+        work.fn = call
+        return work
+
+    def logged_count(fn, device, **kinds):
+        calls.append("count")
+        return real_count(fn, device, **kinds)
+
+    monkeypatch.setattr(cell_mod, "phase_work", logged_work)
+    monkeypatch.setattr(opcount, "count_ops", logged_count)
+    r = run_cell(spec(model="mamba2", phase="decode"), threads=1)
+    assert r.status == "ok", r.reason
+    # the warm-up, the samples and the memory's call come first; then one counted call
+    assert calls.count("count") == 1 and calls[-2:] == ["count", "call"]
+    assert calls.index("count") >= r.warmup + r.n_samples + 1
+    assert r.n_ops > 0 and r.n_ops_kind == "aten_ops"

@@ -112,3 +112,26 @@ def test_a_record_names_its_gpu_and_older_records_without_one_still_read(tmp_pat
         records.write_record(path, make_record(gpu={**gpu, "index": "3"}))
     # one value per cell it is not: the cells table leaves it to the record
     assert "gpu" not in tables.CELL_COLUMNS
+
+
+def test_a_record_carries_its_op_count_and_older_records_without_one_still_read(tmp_path):
+    path = tmp_path / "ops.json"
+    counted = make_record(n_ops=27, n_ops_kind="aten_ops", n_ops_method="one untimed call")
+    records.write_record(path, counted)
+    back = records.read_record(path)
+    assert (back.n_ops, back.n_ops_kind, back.n_ops_method) == (27, "aten_ops", "one untimed call")
+    older = make_record().to_dict()
+    for key in ("n_ops", "n_ops_kind", "n_ops_method"):
+        del older[key]  # a record written before the count (results/precollected)
+    path.write_text(json.dumps(older))
+    assert records.read_record(path).n_ops is None and records.read_record(path).n_ops_kind == ""
+    for bad, field in [
+        ({"n_ops": 2.0}, "n_ops"),  # an integer, never a float
+        ({"n_ops": -1}, "n_ops"),
+        ({"n_ops_kind": "kernels"}, "n_ops_kind"),
+    ]:
+        with pytest.raises(ValueError, match=f"field {field}"):
+            records.write_record(path, make_record(**{"n_ops": 3, "n_ops_kind": "aten_ops", **bad}))
+    # one value per cell: a column of the cells table, empty for a cell not counted
+    cells = tables.cells_table([counted, make_record(seq_len=128)])
+    assert list(cells.n_ops.fillna(-1)) == [27, -1] and list(cells.n_ops_kind) == ["aten_ops", ""]

@@ -485,3 +485,25 @@ def _measure_into(
         record.graph_pool_bytes = work.graph_pool_bytes
         record.activations_bytes = float(peak["peak_bytes"]) + pool
         record.peak_bytes = record.weights_bytes + cache + record.activations_bytes
+
+    # Operators, counted on one more call outside the timed loop (ssmbench.measure.opcount)
+    count_ops_into(record, work, spec.device)
+
+
+def count_ops_into(record: CellRecord, work: Work, device: str) -> None:
+    """Count the operators of one more call of ``work`` (after timing: counting slows the
+    call) into the record's ``n_ops``, ``n_ops_kind`` and ``n_ops_method``; a count that
+    fails is None with the reason as its method, and the cell stays measured."""
+    import torch
+
+    from ssmbench.measure.opcount import count_ops
+    from ssmbench.models import GRAPH_BACKENDS
+
+    with torch.inference_mode(not work.train):
+        count = count_ops(
+            work.fn,
+            device,
+            graph=record.backend in GRAPH_BACKENDS,
+            compiled=record.backend == "compile",
+        )
+    record.n_ops, record.n_ops_kind, record.n_ops_method = count.n_ops, count.kind, count.method

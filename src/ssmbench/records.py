@@ -100,6 +100,14 @@ class CellRecord:
     activations_bytes: float | None = None
     graph_pool_bytes: float | None = None  # a CUDA graph's private memory pool (graph cells)
     memory_method: str = ""
+    # operators one call runs, counted on one more call outside the timed loop
+    # (ssmbench.measure.opcount): n_ops_kind "aten_ops" (CPU), "cuda_kernels" (eager GPU
+    # launches) or "graph_kernels" (the kernels of a CUDA-graph replay); the dispatch
+    # floor multiplies n_ops by device.json's dispatch cost.  None and "" where not
+    # counted, and in records older than the count
+    n_ops: int | None = None
+    n_ops_kind: str = ""
+    n_ops_method: str = ""
     # energy of one call (joules), and how it was measured or why not
     energy_j: float | None = None
     energy_j_per_token: float | None = None

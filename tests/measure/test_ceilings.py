@@ -13,13 +13,18 @@ from ssmbench.measure.ceilings import (
     calibrate,
     datasheet_for,
     datasheet_key,
+    dispatch_block,
+    dispatch_us,
     last_level_cache_bytes,
     measure_copy_bandwidth,
+    measure_dispatch,
     measure_matmul_rate,
     utilization,
 )
+from ssmbench.paths import REPO
 from ssmbench.provenance import cpu_model
 from ssmbench.records import write_json_atomic
+from tests.gpufakes import FakeLaunches
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -177,7 +182,7 @@ def test_calibrate_quick_cpu(tmp_path):
     expected = {
         "status", "reason", "device", "device_name", "torch", "cuda", "threads",
         "float32_matmul_precision", "quick", "copy", "matmul", "ceilings", "datasheet",
-        "datasheet_reason", "clocks", "llc_bytes", "started", "ended", "gpu",
+        "datasheet_reason", "clocks", "llc_bytes", "started", "ended", "gpu", "dispatch",
     }  # fmt: skip
     assert set(record) == expected
     assert record["gpu"] is None  # no GPU leased on a CPU run
@@ -192,10 +197,65 @@ def test_calibrate_quick_cpu(tmp_path):
     assert record["ceilings"]["tflops"]["fp32"] == record["matmul"]["fp32"]["tflops"]
     assert record["datasheet"] is None and record["clocks"] is None
     assert record["datasheet_reason"] == f"no datasheet for {cpu_model()}"
+    assert record["dispatch"]["calls_per_sample"] == 200 and record["dispatch"]["graph_us"] is None
+    assert dispatch_us(record) == record["dispatch"]["eager_us"] > 0
     assert record["started"] <= record["ended"]
     path = tmp_path / "device.json"
     write_json_atomic(path, record)  # strict JSON: no NaN, nothing unserialisable
     assert json.loads(path.read_text()) == record
+
+
+def test_dispatch_cost_on_a_cpu_is_a_median_of_positive_samples():
+    block = measure_dispatch("cpu", calls=100, repeats=5)
+    assert len(block["samples_us"]) == block["repeats"] == 5 and block["calls_per_sample"] == 100
+    assert all(x > 0 for x in block["samples_us"])
+    assert block["eager_us"] == statistics.median(block["samples_us"])
+    assert block["eager_spread_us"] == [min(block["samples_us"]), max(block["samples_us"])]
+    # no CUDA graph on a CPU
+    assert block["graph_us"] is block["graph_samples_us"] is block["graph_spread_us"] is None
+    assert "a + b" in block["method"] and "[min, max]" in block["method"]
+    assert "graph" not in block["method"]
+
+
+def test_dispatch_on_a_gpu_times_launches_and_a_graphs_kernels():
+    """The GPU branch over fake launches: an eager launch 5 us, a graph's kernel 1.5 us and
+    its replay 20 us, a synchronize 40 us (the queue's tail).  One sample of 100 launches
+    between two synchronizes reads (100 x 5 + 40) / 100 = 5.4 us a launch: exactly one
+    synchronize inside the timed window; one replay of 40 kernels reads (20 + 40 x 1.5 + 40)
+    / 40 = 3.0 us a kernel."""
+    fake = FakeLaunches(launch_ns=5_000, kernel_ns=1_500, replay_ns=20_000, sync_ns=40_000)
+    block = dispatch_block(
+        fake.launch,
+        fake.synchronize,
+        calls=100,
+        repeats=3,
+        warmup=2,
+        cuda=fake,
+        kernels=40,
+        clock_ns=fake.clock_ns,
+    )
+    assert block["samples_us"] == [pytest.approx(5.4)] * 3
+    assert block["eager_us"] == pytest.approx(5.4)
+    assert block["eager_spread_us"] == [pytest.approx(5.4)] * 2
+    assert block["graph_samples_us"] == [pytest.approx(3.0)] * 3
+    assert block["graph_us"] == pytest.approx(3.0) and block["graph_kernels"] == 40
+    # one graph of 40 kernels, captured after one launch on the side stream; the eager
+    # launches: 2 warm-up runs and 3 samples of 100 each
+    assert [g.kernels for g in fake.graphs] == [40]
+    assert fake.launches == (2 + 3) * 100 + 1
+    assert "graph of 40 such kernels" in block["method"]
+
+
+def test_dispatch_cost_of_a_record_without_the_block_is_none():
+    record = {"dispatch": {"eager_us": 2.5, "graph_us": None}}
+    assert dispatch_us(record) == 2.5 and dispatch_us(record, graph=True) is None
+    on_a_gpu = {"dispatch": {"eager_us": 6.0, "graph_us": 1.8}}
+    assert dispatch_us(on_a_gpu, graph=True) == 1.8
+    assert dispatch_us({"status": "unavailable", "dispatch": None}) is None
+    shipped = sorted((REPO / "results" / "precollected").glob("*/device.json"))
+    assert shipped, "the shipped runs hold device records"
+    for path in shipped:  # calibrated before the dispatch ceiling
+        assert dispatch_us(json.loads(path.read_text())) is None, path
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU answer")

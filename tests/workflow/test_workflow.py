@@ -86,6 +86,34 @@ def test_tables_hold_every_cell_verified_and_measured(ci_run):
     assert (verify.status == "passed").all() and verify.ok.all()
 
 
+def test_every_cell_counts_its_ops_and_the_run_its_dispatch_cost(ci_run):
+    """The records of a CPU run carry n_ops (ATen ops of one untimed call), the cells
+    table their values, and device.json the dispatch ceiling the floors divide by."""
+    from ssmbench.measure.ceilings import dispatch_us
+
+    cells = pd.read_csv(ci_run / "results" / "ci" / "tables" / "cells.csv")
+    for cell in CI.cells:
+        record = json.loads((ci_run / paths.cell_record("ci", cell)).read_text())
+        assert isinstance(record["n_ops"], int) and record["n_ops"] > 0, cell
+        assert record["n_ops_kind"] == "aten_ops" and record["n_ops_method"], cell
+        row = cells[
+            (cells.model == cell.model)
+            & (cells.backend == cell.backend)
+            & (cells.phase == cell.phase)
+            & (cells.seq_len == cell.seq_len)
+        ]
+        if cell not in CI.headline:  # a replicated row is its median process's
+            assert row.n_ops.iloc[0] == record["n_ops"], cell
+    # a naive prefill loops over T in Python: more ops than the torch form of the same cell
+    naive = cells[(cells.backend == "naive")].set_index(["model", "seq_len"]).n_ops
+    torch_ = cells[(cells.backend == "torch") & (cells.phase == "prefill")]
+    assert (naive > torch_.set_index(["model", "seq_len"]).n_ops.reindex(naive.index)).all()
+    device = json.loads((ci_run / "results" / "ci" / "device.json").read_text())
+    block = device["dispatch"]
+    assert dispatch_us(device) == block["eager_us"] > 0 and block["graph_us"] is None
+    assert len(block["samples_us"]) == block["repeats"]
+
+
 def test_figure_and_executed_notebook(ci_run):
     figures = ci_run / "figures" / "ci"
     for figure in CI.figures:

@@ -1,5 +1,6 @@
-"""Rule calibrate: measure the run's device ceilings (copy bandwidth, GEMM rate per dtype)
-and record the datasheet peaks beside them, into results/<run>/device.json."""
+"""Rule calibrate: measure the run's device ceilings (copy bandwidth, GEMM rate per dtype,
+the cost of one dispatch) and record the datasheet peaks beside them, into
+results/<run>/device.json."""
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
@@ -18,6 +19,10 @@ with logged(snakemake):
     for dtype, m in record["matmul"].items():
         rate = "-" if m["tflops"] is None else f"{m['tflops']:.3f} TFLOP/s"
         print(f"  matmul {dtype}: {rate} n={m['n']} {m['status']} {m['reason']}")
+    dispatch = record["dispatch"]
+    if dispatch is not None:
+        graph = "-" if dispatch["graph_us"] is None else f"{dispatch['graph_us']:.2f} us"
+        print(f"  dispatch: {dispatch['eager_us']:.2f} us eager, {graph} in a CUDA graph")
     sheet = record["datasheet"]
     print(f"  datasheet: {sheet['name'] if sheet else record['datasheet_reason']}")
     write_json_atomic(snakemake.output.device, record)

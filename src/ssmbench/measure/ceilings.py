@@ -1,5 +1,6 @@
-"""Device ceilings for ``results/<run>/device.json``: measured copy bandwidth and GEMM rate
-per dtype, with the vendor's datasheet peaks beside them (docs/ARCHITECTURE.md, "Measurement").
+"""Device ceilings for ``results/<run>/device.json``: measured copy bandwidth, GEMM rate
+per dtype and the cost of one dispatch, with the vendor's datasheet peaks beside them
+(docs/ARCHITECTURE.md, "Measurement").
 
 Utilization in the cells table is achieved / *measured* ceiling: what this device, driver and
 torch build reach on the simplest kernel that saturates each resource.  The datasheet peak is
@@ -16,6 +17,18 @@ Method:
   inner-product term), in each dtype.  fp32 runs under torch's current float32 matmul
   precision, which the record keeps: "highest" (torch's default) is true FP32 and compares
   with the datasheet's non-tensor FP32 peak; "high"/"medium" allow TF32 and compare with TF32.
+- dispatch: what one eager operator costs when its work is nothing, the floor under a cell
+  made of many small ops (a decode step).  ``a + b`` on two 1-element float32 tensors, a
+  new output each call, under ``torch.inference_mode`` as the prefill and decode cells run:
+  the whole path of an ordinary eager op (Python binding, dispatcher, TensorIterator set-up,
+  an output's allocation, a kernel over one element), which views skip part of and
+  matmuls add to.  Called ``calls`` times back to back per sample, the host clock around
+  them, the device synchronised once before and once at the end: per call = elapsed /
+  calls (on a GPU, the cost of a launch, or of the kernel itself where the GPU is the
+  slower of the two).  On a GPU also the same op captured ``kernels`` times in one CUDA
+  graph: per kernel = one replay's elapsed / kernels, what a kernel costs once its launch
+  is the graph's.  :func:`ssmbench.measure.opcount.count_ops` counts a cell's ops in the
+  same units.
 - timing: warm-up by count and by time (GPU clocks ramp up over tens of ms), then a fixed
   number of samples through :func:`ssmbench.measure.timing.measure` (CUDA events or
   ``perf_counter_ns``); the median is the ceiling, every sample is kept.
@@ -44,7 +57,10 @@ __all__ = [
     "calibrate",
     "datasheet_for",
     "datasheet_key",
+    "dispatch_block",
+    "dispatch_us",
     "measure_copy_bandwidth",
+    "measure_dispatch",
     "measure_matmul_rate",
     "utilization",
 ]
@@ -59,6 +75,12 @@ GEMM_N_QUICK_LOW_PRECISION = 64
 REPEATS = {"cuda": 51, "cpu": 11, "quick": 3}  # odd: the median is one of the samples
 WARMUP = {"cuda": 3, "cpu": 2, "quick": 1}
 WARMUP_S = {"cuda": 1.0, "cpu": 0.2, "quick": 0.0}
+# Dispatch: calls of the tiny op per eager sample (a sample lasts milliseconds, far above
+# the clock's resolution), and the tiny kernels one CUDA graph holds
+DISPATCH_CALLS = {"cuda": 10_000, "cpu": 10_000, "quick": 200}
+GRAPH_KERNELS = {"cuda": 1_000, "cpu": 1_000, "quick": 50}
+# the tiny op (the module's docstring says why this one)
+DISPATCH_OP = "a + b on 1-element float32 tensors (a new output each call) under inference_mode"
 # On a CPU a slow dtype keeps at least one sample but stops adding samples past this budget.
 CPU_GEMM_BUDGET_S = 60.0
 
@@ -271,6 +293,144 @@ def _float32_precision(precision: str) -> Iterator[None]:
         torch.set_float32_matmul_precision(saved)
 
 
+def per_op_us(
+    run: Callable[[], object],
+    ops: int,
+    sync: Callable[[], object],
+    clock_ns: Callable[[], int] = time.perf_counter_ns,
+) -> float:
+    """Microseconds per op of one ``run()`` of ``ops`` ops: the host clock from before the
+    first op (the device idle: ``sync()`` first) to after a ``sync()`` after the last."""
+    sync()
+    start_ns = clock_ns()
+    run()
+    sync()
+    return (clock_ns() - start_ns) / 1e3 / ops
+
+
+def back_to_back(op: Callable[[], object], calls: int) -> Callable[[], None]:
+    """A run of ``calls`` calls of ``op`` in a plain loop (its own Python overhead, tens of
+    nanoseconds a call, is part of every eager op's cost too)."""
+
+    def run() -> None:
+        for _ in range(calls):
+            op()
+
+    return run
+
+
+def capture_graph(op: Callable[[], object], kernels: int, cuda) -> Callable[[], None]:
+    """The replay of a CUDA graph holding ``kernels`` calls of ``op``, captured after one
+    call on a side stream (lazy initialisation stays out of the capture, as PyTorch's
+    CUDA-graph notes advise).  ``cuda`` is ``torch.cuda`` or a fake of its few names."""
+    side = cuda.Stream()
+    side.wait_stream(cuda.current_stream())
+    with cuda.stream(side):
+        op()
+    cuda.current_stream().wait_stream(side)
+    cuda.synchronize()
+    graph = cuda.CUDAGraph()
+    with cuda.graph(graph):
+        for _ in range(kernels):
+            op()
+    cuda.synchronize()
+    return graph.replay
+
+
+def _median_and_range(samples: list[float]) -> tuple[float, list[float]]:
+    return statistics.median(samples), [min(samples), max(samples)]
+
+
+def dispatch_block(
+    op: Callable[[], object],
+    sync: Callable[[], object],
+    calls: int,
+    repeats: int,
+    warmup: int,
+    cuda=None,
+    kernels: int = 0,
+    clock_ns: Callable[[], int] = time.perf_counter_ns,
+) -> dict:
+    """The ``dispatch`` block of ``device.json`` from ``op`` (one tiny op or kernel) and
+    ``sync`` (wait for the device): ``repeats`` samples of ``calls`` calls back to back
+    after ``warmup`` untimed runs; with ``cuda`` (``torch.cuda``, or a fake of the names
+    :func:`capture_graph` uses) also ``repeats`` replays of a graph of ``kernels`` calls.
+
+    Keys: ``eager_us`` (median microseconds a call), ``eager_spread_us`` ([min, max] of
+    the samples), ``samples_us``, ``calls_per_sample``, ``graph_us``,
+    ``graph_spread_us``, ``graph_samples_us``, ``graph_kernels`` (None without
+    ``cuda``), ``repeats`` and ``method``."""
+    run = back_to_back(op, calls)
+    for _ in range(warmup):
+        run()
+    samples = [per_op_us(run, calls, sync, clock_ns) for _ in range(repeats)]
+    eager_us, eager_spread_us = _median_and_range(samples)
+    method = (
+        f"{DISPATCH_OP}, {calls} calls back to back per sample timed by the host clock with "
+        "the device synchronised before and after, per call = elapsed / calls; median of "
+        f"{repeats} samples after {warmup} untimed, spread = [min, max]"
+    )
+    graph_us = graph_spread_us = graph_samples = None
+    if cuda is not None:
+        replay = capture_graph(op, kernels, cuda)
+        for _ in range(warmup):
+            replay()
+        graph_samples = [per_op_us(replay, kernels, sync, clock_ns) for _ in range(repeats)]
+        graph_us, graph_spread_us = _median_and_range(graph_samples)
+        method += (
+            f"; graph: one replay of a CUDA graph of {kernels} such kernels a sample, per "
+            "kernel = elapsed / kernels, same statistics"
+        )
+    return {
+        "eager_us": eager_us,
+        "eager_spread_us": eager_spread_us,
+        "samples_us": samples,
+        "calls_per_sample": calls,
+        "graph_us": graph_us,
+        "graph_spread_us": graph_spread_us,
+        "graph_samples_us": graph_samples,
+        "graph_kernels": kernels if cuda is not None else None,
+        "repeats": repeats,
+        "method": method,
+    }
+
+
+def measure_dispatch(
+    device: str,
+    calls: int | None = None,
+    repeats: int | None = None,
+    *,
+    quick: bool = False,
+) -> dict:
+    """The cost of one eager dispatch on ``device`` (and on CUDA, of one kernel inside a
+    CUDA-graph replay): :func:`dispatch_block` of :data:`DISPATCH_OP` at this device's
+    sizes (:data:`DISPATCH_CALLS`, :data:`GRAPH_KERNELS`, :data:`REPEATS`)."""
+    import torch
+
+    calls = calls or _resolve(device, quick, DISPATCH_CALLS)
+    a = torch.ones(1, dtype=torch.float32, device=device)
+    b = torch.ones(1, dtype=torch.float32, device=device)
+    with torch.inference_mode():
+        return dispatch_block(
+            lambda: a + b,
+            lambda: _sync(device),
+            calls,
+            repeats or _resolve(device, quick, REPEATS),
+            _resolve(device, quick, WARMUP),
+            cuda=torch.cuda if device == "cuda" else None,
+            kernels=_resolve(device, quick, GRAPH_KERNELS),
+        )
+
+
+def dispatch_us(device_record: dict, *, graph: bool = False) -> float | None:
+    """The calibrated cost of one dispatch in microseconds from a ``device.json`` record:
+    an eager op's or launch's (``eager_us``), or with ``graph`` a kernel's inside a
+    CUDA-graph replay (``graph_us``, None on a CPU).  None for a record older than the
+    dispatch block (the shipped runs), or one whose calibration did not run.  Torch-free."""
+    block = device_record.get("dispatch") or {}
+    return block.get("graph_us" if graph else "eager_us")
+
+
 def _device_name(device: str) -> str:
     if device == "cuda":
         import torch
@@ -323,6 +483,7 @@ def calibrate(
     ``gpu`` (the physical GPU, :func:`ssmbench.gpulease.gpu_record`; None on a CPU),
     ``torch``, ``cuda``, ``threads``, ``float32_matmul_precision``, ``quick``; ``copy``
     (:func:`measure_copy_bandwidth`); ``matmul`` ({dtype: :func:`measure_matmul_rate`});
+    ``dispatch`` (:func:`measure_dispatch`; :func:`dispatch_us` reads it);
     ``ceilings`` ({"bw_gbps", "tflops": {dtype: TFLOP/s or None}}), the numbers that
     :func:`utilization` divides by; ``datasheet`` (:func:`datasheet_for`: the catalogue's
     entry, or None) and ``datasheet_reason``; ``clocks`` (GPU SM clock and temperature
@@ -346,6 +507,7 @@ def calibrate(
         "quick": quick,
         "copy": None,
         "matmul": {},
+        "dispatch": None,
         "ceilings": {"bw_gbps": None, "tflops": {}},
         "datasheet": None,
         "datasheet_reason": "",
@@ -375,6 +537,7 @@ def calibrate(
     clocks_before = _gpu_clocks() if device == "cuda" else None
     try:
         record["copy"] = measure_copy_bandwidth(device, quick=quick)
+        record["dispatch"] = measure_dispatch(device, quick=quick)
         for dtype in dtypes:
             record["matmul"][dtype] = measure_matmul_rate(device, dtype, quick=quick, seed=seed)
     finally:
