@@ -8,7 +8,8 @@ takes it for every rule's script that holds a ``gpu``), before anything initiali
 1. the devices it may use: the node's GPUs (:func:`ssmbench.devices.gpus`), narrowed by a
    ``CUDA_VISIBLE_DEVICES`` the run was started with (:func:`ssmbench.devices.allowed`);
 2. the first of them whose lock file (``<folder>/<pci bus id>.lock``) it can lock with
-   ``fcntl.flock``, waiting while every one is held;
+   ``fcntl.flock``, waiting while every one is held (a job that must measure one GPU, a
+   per-device calibration, names it and waits for that one: ``wanted``);
 3. ``CUDA_VISIBLE_DEVICES`` set to that GPU (its UUID, else its index with
    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), so the job's ``cuda`` is that device and no other.
 
