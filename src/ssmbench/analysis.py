@@ -31,7 +31,7 @@ from ssmbench.registry import (
     SSM_FAMILIES,
     STATUSES,
 )
-from ssmbench.select import cells_of, lines, smallest_batch
+from ssmbench.select import cells_of, device_kind, lines, one_kind, smallest_batch
 from ssmbench.stats import (
     HIERARCHICAL,
     WITHIN_PROCESS,
@@ -254,22 +254,6 @@ def _ok_pairs(paired: pd.DataFrame | None, batch) -> pd.DataFrame:
     return ok if batch is None else ok[ok.batch == batch]
 
 
-def device_kind(row) -> str:
-    """The device a row of a table ran on: its ``device_name`` (the GPU's model as torch
-    and the lease name it, ``gpulease.gpu_record``; the CPU's model), else ``device``.  A
-    replicated cell whose processes ran on several kinds names them all, "; "-joined
-    (``ssmbench.tables``)."""
-    name = row.get("device_name", "")
-    name = "" if pd.isna(name) else str(name)
-    return name or str(row.get("device", ""))
-
-
-def one_kind(*kinds: str) -> bool:
-    """Whether ``kinds`` (:func:`device_kind` of each side) are one device kind, so that a
-    ratio of their times compares like with like: never two GPU models in one ratio."""
-    return len(set(kinds)) == 1 and not any("; " in k for k in kinds)
-
-
 def _best_pairs(pairs: pd.DataFrame, phase, batch, dtype, seq_len, ssm) -> list:
     """The paired rows at the point, at the highest backend tier the run paired it at
     (ties: the faster SSM side), one per device kind the pair ran on (the pairs table
@@ -390,7 +374,7 @@ def speedups_table(cells: pd.DataFrame, samples: pd.DataFrame | None = None) -> 
     own, with the unpaired 95% interval from ``samples`` (:func:`graph_speedups`, every
     batch), or, where either cell is not ok, the status and reason of the one that is not
     (the graph cell's first) and no speed-up; where the two ran on different device kinds
-    (:func:`one_kind`), ``unavailable`` and no speed-up."""
+    (``select.one_kind``), ``unavailable`` and no speed-up."""
     data = with_columns(cells, _NUMERIC, _TEXT)
     by_cell = samples_by_cell(samples)
     rows = []
