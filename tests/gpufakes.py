@@ -20,16 +20,22 @@ import types
 
 from ssmbench.devices import Gpu
 
+# a node of two kinds of GPU, as torch and the driver name them: two H100s, then two A100s
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+MIXED = (H100, H100, A100, A100)
 
-def fake_gpus(n: int) -> list[Gpu]:
+
+def fake_gpus(n: int, names: tuple[str, ...] | None = None) -> list[Gpu]:
     """``n`` GPUs as :func:`ssmbench.devices.gpus` lists them: PCI bus order, distinct
-    UUIDs (none the start of another) and bus ids."""
+    UUIDs (none the start of another) and bus ids; each named "Fake GPU", or ``names[i]``
+    (:data:`MIXED`: a node whose GPUs differ)."""
     return [
         Gpu(
             i,
             f"GPU-{i:08x}-fake-4000-8000-{i:012x}",
             f"0000:{0x18 + 0x10 * i:02x}:00.0",
-            "Fake GPU",
+            names[i] if names else "Fake GPU",
         )
         for i in range(n)
     ]

@@ -11,6 +11,7 @@ import pytest
 from ssmbench import analysis, figures, tables
 from tests.conftest import make_record, paired_record, sampled_record
 from tests.figures.test_figures import FAMILIES, LENGTHS, graph_cells, synthetic_cells
+from tests.gpufakes import A100, H100
 
 
 def go_no_go_cells(attention_ms=2.0):
@@ -318,3 +319,109 @@ def test_two_runs_are_compared_point_by_point(tmp_path):
     assert both.flip.tolist() == [False, True, False]
     assert both.a_in_b.tolist() == [True, False, False]
     assert both.b_in_a.tolist() == [True, False, False]
+
+
+# A node of two kinds of GPU (tests/gpufakes.py): whatever ran on one kind is never put in
+# one ratio with what ran on the other.
+
+
+def test_replicates_of_a_pair_on_two_device_kinds_are_two_rows_never_pooled():
+    """Three replicate processes on H100s (true ratio 1.55), three on A100s (1.02): the
+    pairs table and the go/no-go table have a row per kind with that kind's ratio, not
+    the pooled median of the six (about 1.3)."""
+    records = replicated("mamba2", [1.5, 1.6, 1.55, 1.0, 1.05, 1.02])
+    for r in records:
+        r.device = "cuda"
+        r.device_name = H100 if r.replicate < 3 else A100
+    pairs = tables.pairs_table(records)
+    assert list(pairs.device_name) == [A100, H100]  # sorted by kind
+    assert list(pairs.replicates_ok) == [3, 3]
+    by_kind = pairs.set_index("device_name").latency_ratio
+    assert by_kind[H100] == pytest.approx(1.55, rel=0.03)
+    assert by_kind[A100] == pytest.approx(1.02, rel=0.03)
+    cells, samples = go_no_go_cells(attention_ms=1.05)
+    table = analysis.go_no_go_table(cells, samples=samples, paired=pairs)
+    m2 = table[table.ssm == "mamba2"].set_index("device_name")
+    assert sorted(m2.index) == [A100, H100]
+    assert (m2.interval == "hierarchical").all() and (m2.replicates == 3).all()
+    assert m2.latency_ratio[H100] == pytest.approx(by_kind[H100])
+    assert m2.latency_ratio[A100] == pytest.approx(by_kind[A100])
+    assert m2.answer[H100] == "ssm faster"
+    text = " ".join(analysis.go_no_go_sentences(table))
+    assert f"mamba2 on {H100} 1.5" in text and f"mamba2 on {A100} 1.0" in text
+    # one kind: one row, as before
+    one = tables.pairs_table(replicated("mamba2", [1.5, 1.6, 1.55], device_name=H100))
+    assert len(one) == 1 and one.device_name.iloc[0] == H100
+
+
+def test_separate_cells_on_two_device_kinds_give_no_ratio_and_say_where_each_ran():
+    """Attention on an H100, Mamba-2 on an A100: the row keeps its FLOP ratio but has no
+    latency or energy ratio and no answer, and names both devices; Mamba-1, on an H100
+    like attention, has its ratio."""
+    rng = np.random.default_rng(3)
+    records = []
+    for model, kind in (("attention", H100), ("mamba2", A100), ("mamba", H100)):
+        samples = list(1.0 + 0.05 * rng.standard_normal(20))
+        records.append(
+            sampled_record(
+                samples,
+                model=model,
+                phase="decode",
+                seq_len=256,
+                d_state=0 if model == "attention" else 16,
+                device="cuda",
+                device_name=kind,
+                energy_j=1.0,
+            )
+        )
+    cells, samples = tables.cells_table(records), tables.samples_table(records)
+    table = analysis.go_no_go_table(cells, samples=samples).set_index("ssm")
+    assert np.isnan(table.latency_ratio["mamba2"]) and np.isnan(table.latency_lo["mamba2"])
+    assert np.isnan(table.energy_ratio["mamba2"]) and table.answer["mamba2"] == ""
+    assert table.device_name["mamba2"] == f"attention: {H100}; mamba2: {A100}"
+    assert table.flop_ratio["mamba2"] == pytest.approx(1.0)  # the same work either way
+    assert table.latency_ratio["mamba"] == pytest.approx(
+        cells.time_ms_median[0] / cells.time_ms_median[1]
+    )  # attention over mamba (rows in KEYS order: attention, mamba, mamba2)
+    assert table.device_name["mamba"] == H100 and table.energy_ratio["mamba"] == 1.0
+    text = " ".join(analysis.go_no_go_sentences(table.reset_index()))
+    assert f"mamba2: no ratio (attention: {H100}; mamba2: {A100})" in text
+
+
+def test_a_cell_whose_processes_ran_on_two_kinds_names_both_and_gives_no_ratio():
+    """A headline cell in three processes, two on an H100 and one on an A100: its row
+    names both kinds, and neither the go/no-go nor a graph speed-up divides by it."""
+    rng = np.random.default_rng(4)
+    records = [
+        sampled_record(
+            list(1.0 + 0.05 * rng.standard_normal(20)),
+            model="attention",
+            phase="decode",
+            seq_len=256,
+            d_state=0,
+            replicate=r,
+            replicates=3,
+            device="cuda",
+            device_name=kind,
+        )
+        for r, kind in enumerate((H100, H100, A100))
+    ]
+    records.append(
+        sampled_record([1.0, 1.1, 0.9], model="mamba", phase="decode", seq_len=256,
+                       device="cuda", device_name=H100)
+    )  # fmt: skip
+    cells, samples = tables.cells_table(records), tables.samples_table(records)
+    assert cells.set_index("model").device_name["attention"] == f"{A100}; {H100}"
+    row = analysis.go_no_go_table(cells, samples=samples).iloc[0]
+    assert row.ssm == "mamba" and np.isnan(row.latency_ratio) and row.answer == ""
+    # an eager decode cell and its graph replay on two kinds: no speed-up
+    twins = [
+        sampled_record([3.0, 3.1, 2.9], model="mamba2", backend="torch", phase="decode",
+                       device="cuda", device_name=H100),
+        sampled_record([1.0, 1.1, 0.9], model="mamba2", backend="torch-graph",
+                       phase="decode", device="cuda", device_name=A100),
+    ]  # fmt: skip
+    speedups = analysis.speedups_table(tables.cells_table(twins), tables.samples_table(twins))
+    graph = speedups.iloc[0]
+    assert graph.status == "unavailable" and np.isnan(graph.speedup)
+    assert graph.reason == f"no ratio of two device kinds: torch on {H100}, torch-graph on {A100}"

@@ -128,7 +128,7 @@ def test_utilization_against_the_calibrated_ceilings():
         "datasheet": {"tflops": {"fp32": 2.0}, "memory_gbps": 80.0},
         "float32_matmul_precision": "highest",
     }
-    r = run_cell(spec(), threads=1, device_info=device_info)
+    r = run_cell(spec(), threads=1, device_records=[device_info])
     assert r.status == "ok", r.reason
     assert r.ceiling_tflops == 0.5 and r.ceiling_bw_gbps == 20.0
     tflops, gbps = rates(r)
@@ -136,6 +136,22 @@ def test_utilization_against_the_calibrated_ceilings():
     assert r.bw_util == pytest.approx(gbps / 20.0)
     assert r.compute_util_datasheet == pytest.approx(tflops / 2.0)
     assert r.bw_util_datasheet == pytest.approx(gbps / 80.0)
+
+
+def test_a_cell_is_divided_by_its_own_devices_ceilings_only():
+    """A CPU cell among a run's calibrations takes the one that names no GPU, whatever
+    the order; a GPU's ceilings alone are not its own, so it gets no utilization."""
+    cpu = {"gpu": None, "ceilings": {"tflops": {"fp32": 0.5}, "bw_gbps": 20.0}}
+    gpu = {
+        "gpu": {"index": 0, "uuid": "GPU-1", "pci_bus_id": "0000:18:00.0", "name": "Fake"},
+        "ceilings": {"tflops": {"fp32": 50.0}, "bw_gbps": 2000.0},
+    }
+    r = run_cell(spec(), threads=1, device_records=[gpu, cpu])
+    assert r.status == "ok", r.reason
+    assert (r.ceiling_tflops, r.ceiling_bw_gbps) == (0.5, 20.0)
+    r = run_cell(spec(), threads=1, device_records=[gpu])
+    assert r.status == "ok", r.reason
+    assert r.ceiling_tflops is None and r.compute_util is None and r.bw_util is None
 
 
 @pytest.mark.parametrize(
@@ -158,7 +174,7 @@ def test_utilization_divides_by_the_ceiling_of_the_compute_dtype(model, backend,
     }
     d_state = 0 if model == "attention" else 4
     cell = spec(model=model, backend=backend, d_state=d_state, dtype="bf16")
-    r = run_cell(cell, threads=1, device_info=device_info)
+    r = run_cell(cell, threads=1, device_records=[device_info])
     assert r.status == "ok", r.reason
     assert r.dtype == "bf16" and r.compute_dtype == compute
     ceiling = device_info["ceilings"]["tflops"][compute]
@@ -172,7 +188,7 @@ def test_utilization_divides_by_the_ceiling_of_the_compute_dtype(model, backend,
 @pytest.mark.parametrize("llc_bytes, resident", [(1 << 40, True), (1, False), (None, None)])
 def test_a_cell_that_fits_in_the_last_level_cache_is_flagged(llc_bytes, resident):
     device_info = {"ceilings": {"tflops": {"fp32": 0.5}, "bw_gbps": 20.0}, "llc_bytes": llc_bytes}
-    r = run_cell(spec(), threads=1, device_info=device_info)
+    r = run_cell(spec(), threads=1, device_records=[device_info])
     assert r.status == "ok", r.reason
     assert r.cache_resident is resident and r.llc_bytes == llc_bytes
     if resident is not None:  # the flag compares the cell's minimum bytes with the cache

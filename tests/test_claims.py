@@ -85,6 +85,25 @@ def test_a_cpu_run_or_a_missing_backend_is_not_comparable_and_says_why():
     assert row.verdict == "not comparable here" and row.why == "no ok prefill cells of mamba/fused"
 
 
+def test_a_latency_ratio_is_never_of_two_device_kinds():
+    """On a node of A100s and H100s: the point whose two cells ran on two kinds is left
+    out (here the one with the largest ratio); with none on one kind, no ratio, and why."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    cells = table(
+        [
+            cell("mamba", "torch", "prefill", 1024, 15.0),
+            cell("mamba", "fused", "prefill", 1024, 0.5),
+            cell("mamba", "torch", "prefill", 4096, 60.0),
+            cell("mamba", "fused", "prefill", 4096, 0.5, name=h100),
+        ]
+    )
+    row = claims.evaluate(cells, "r", [SCAN]).iloc[0]
+    assert row.ours == pytest.approx(15.0 / 0.5)  # not 60 / 0.5 across two kinds
+    row = claims.evaluate(cells[cells.seq_len == 4096], "r", [SCAN]).iloc[0]
+    assert row.verdict == "not comparable here"
+    assert row.why == "no shared T on one device kind"
+
+
 def test_crossover_and_best_utilization():
     rows = []
     for t, ssm, attn in [(512, 2.0, 1.0), (1024, 2.0, 2.5), (2048, 3.0, 6.0), (4096, 5.0, 20.0)]:

@@ -183,3 +183,26 @@ def test_every_list_of_backends_is_the_registrys():
     assert len(enums(schema)) == 2 and "torch-mixed" in backends
     for names in (*enums(schema), cli.BACKENDS, style.BACKEND_STYLES, BACKEND_TIERS):
         assert sorted(names) == sorted(backends)
+
+
+def test_a_cuda_plan_calibrates_each_card_its_jobs_may_lease(monkeypatch):
+    """On a node of four GPUs (two kinds), a cuda preset's plan has one calibration record
+    per GPU, named by its UUID; CUDA_VISIBLE_DEVICES narrows them; where SLURM chose the
+    GPUs, and on a CPU, the run has one device.json."""
+    from ssmbench import devices, paths
+    from tests.gpufakes import MIXED, fake_gpus
+
+    node = fake_gpus(4, MIXED)
+    monkeypatch.setattr(devices, "gpus", lambda root=None: node)
+    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
+        monkeypatch.delenv(name, raising=False)
+    plan = sbconfig.plan(cfg(preset="gpu"), cuda=True)
+    assert plan.calibrated_gpus == tuple(g.uuid for g in node)
+    assert plan.device_records() == [f"results/gpu/devices/{g.uuid}.json" for g in node]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    plan = sbconfig.plan(cfg(preset="gpu"), cuda=True)
+    assert plan.calibrated_gpus == (node[1].uuid, node[2].uuid)
+    monkeypatch.setenv("SLURM_JOB_GPUS", "0")
+    assert sbconfig.plan(cfg(preset="gpu"), cuda=True).device_records() == [paths.device("gpu")]
+    cpu = sbconfig.plan(cfg(preset="cpu"), cuda=True)
+    assert cpu.calibrated_gpus == () and cpu.device_records() == [paths.device("cpu")]

@@ -24,7 +24,7 @@ from ssmbench import devices, gpulease, provenance
 from ssmbench.devices import Gpu
 from ssmbench.paths import REPO
 from ssmbench.scripting import logged
-from tests.gpufakes import FakeTorch, fake_gpus
+from tests.gpufakes import A100, MIXED, FakeTorch, fake_gpus
 
 # A process that leases one of two fake GPUs, says which, and holds it until its stdin
 # closes (or it is killed).
@@ -146,6 +146,47 @@ def test_a_held_gpu_is_passed_over_and_cuda_visible_devices_narrows_the_choice(
         with gpulease.acquire(node, tmp_path) as lease:
             assert lease.gpu == node[3]  # 0 and 1 are free, but not this run's
             assert os.environ["CUDA_VISIBLE_DEVICES"] == node[3].uuid
+
+
+def test_a_job_that_wants_one_gpu_leases_that_one(tmp_path, clean_env, monkeypatch):
+    """A calibration names its GPU (by UUID or PCI bus id): it gets that one though the
+    first is free, and one the job may not lease is refused by name."""
+    node = fake_gpus(4, MIXED)
+    assert [g.key for g in node] == [g.uuid for g in node]
+    with gpulease.acquire(node, tmp_path, wanted=node[2].uuid) as lease:
+        assert lease.gpu == node[2] and lease.gpu.name == A100
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == node[2].uuid
+        assert lock_is_free(tmp_path, node[0])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with gpulease.acquire(node, tmp_path, wanted="00000000:48:00.0") as lease:  # NVML's form
+        assert lease.gpu == node[3]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    with pytest.raises(RuntimeError, match=f"GPU {node[3].uuid} is not one this job may lease"):
+        gpulease.acquire(node, tmp_path, wanted=node[3].uuid)
+    assert [g.index for g in gpulease.leasable(node)] == [0, 1]
+    monkeypatch.setenv("SLURM_JOB_GPUS", "1")
+    assert gpulease.leasable(node) == []
+    with pytest.raises(RuntimeError, match="SLURM chose its device"):
+        gpulease.acquire(node, tmp_path, wanted=node[0].uuid)
+    assert gpulease.held() is None
+
+
+def test_a_job_that_wants_a_held_gpu_waits_for_it(tmp_path, clean_env, monkeypatch):
+    """Another process holds the wanted GPU: the job waits (and says so) though others
+    are free, and takes it once it is released."""
+    node = fake_gpus(2)
+    monkeypatch.setattr(gpulease, "POLL_S", 0.05)
+    other = open(gpulease.lock_path(tmp_path, node[1]), "w")
+    fcntl.flock(other, fcntl.LOCK_EX)
+    slept = []
+
+    def release_after_one_wait(seconds):
+        slept.append(seconds)
+        other.close()  # the other holder ends
+
+    monkeypatch.setattr(gpulease.time, "sleep", release_after_one_wait)
+    with gpulease.acquire(node, tmp_path, wanted=node[1].uuid) as lease:
+        assert lease.gpu == node[1] and slept == [0.05]
 
 
 def test_nothing_is_leased_without_gpus_or_where_slurm_chose(tmp_path, clean_env, monkeypatch):

@@ -9,6 +9,7 @@ import pytest
 
 from ssmbench import records, tables
 from tests.conftest import make_record
+from tests.gpufakes import MIXED, fake_gpus
 
 
 def test_record_round_trip(tmp_path):
@@ -135,3 +136,47 @@ def test_a_record_carries_its_op_count_and_older_records_without_one_still_read(
     # one value per cell: a column of the cells table, empty for a cell not counted
     cells = tables.cells_table([counted, make_record(seq_len=128)])
     assert list(cells.n_ops.fillna(-1)) == [27, -1] and list(cells.n_ops_kind) == ["aten_ops", ""]
+
+
+def calibration(gpu, bw_gbps: float) -> dict:
+    """A calibration record of ``gpu`` (a fake ``Gpu``; None: the CPU) with its ceilings."""
+    return {
+        "status": "ok",
+        "reason": "",
+        "device": "cpu" if gpu is None else "cuda",
+        "device_name": "cpu" if gpu is None else gpu.name,
+        "gpu": None if gpu is None else gpu.to_dict(),
+        "ceilings": {"bw_gbps": bw_gbps, "tflops": {"bf16": bw_gbps / 4}},
+    }
+
+
+def test_each_cell_is_joined_to_the_ceilings_of_its_own_device():
+    """Four GPUs of two kinds, four calibrations: a cell's record's ``gpu`` picks its own
+    device's, in whatever order the run lists them."""
+    node = fake_gpus(4, MIXED)
+    bandwidths_gbps = (3300, 3200, 1900, 2000)
+    calibrations = [calibration(g, bw) for g, bw in zip(node, bandwidths_gbps, strict=True)]
+    for i, gpu in enumerate(node):
+        assert records.ceilings_for(gpu.to_dict(), calibrations[::-1]) is calibrations[i]
+    # the plan's GPU list may lack a UUID (the driver's, before first use): the bus id joins
+    no_uuid = {**node[2].to_dict(), "uuid": ""}
+    assert records.ceilings_for(no_uuid, calibrations) is calibrations[2]
+    # another node's GPU at the same bus id is not this one
+    elsewhere = {**node[0].to_dict(), "uuid": "GPU-elsewhere"}
+    assert not records.same_gpu(elsewhere, node[0].to_dict())
+
+
+def test_a_card_never_takes_another_models_ceilings():
+    """One device.json measured on whichever GPU (SLURM chose it): a cell on a GPU of the
+    same model takes it, one on the other model has none; a CPU cell takes the record
+    that names no GPU, also one from before records named it."""
+    h100, _, a100, _ = fake_gpus(4, MIXED)
+    run_wide = [calibration(h100, 3300)]
+    sibling = {**h100.to_dict(), "index": 1, "uuid": "GPU-sibling", "pci_bus_id": "0000:99:00.0"}
+    assert records.ceilings_for(sibling, run_wide) is run_wide[0]
+    assert records.ceilings_for(a100.to_dict(), run_wide) is None
+    cpu = calibration(None, 20)
+    assert records.ceilings_for(None, [*run_wide, cpu]) is cpu
+    assert records.ceilings_for(None, run_wide) is None
+    shipped = {k: v for k, v in cpu.items() if k != "gpu"}  # a record older than `gpu`
+    assert records.ceilings_for(None, [shipped]) is shipped

@@ -31,7 +31,7 @@ from ssmbench.registry import (
     SSM_FAMILIES,
     STATUSES,
 )
-from ssmbench.select import cells_of, lines, smallest_batch
+from ssmbench.select import cells_of, device_kind, lines, one_kind, smallest_batch
 from ssmbench.stats import (
     HIERARCHICAL,
     WITHIN_PROCESS,
@@ -182,6 +182,7 @@ def go_no_go_table(
     by_cell = samples_by_cell(samples)
     pairs = _ok_pairs(paired, batch)
     process_sd = process_sd_by_phase(paired)
+    sd_any = process_sd.get("*", np.nan)
     rows = []
     points = data.groupby(["phase", "batch", "dtype", "seq_len"], sort=True)
     for (phase, b, dtype, seq_len), point in points:
@@ -210,54 +211,19 @@ def go_no_go_table(
                 latency_ratio=a.time_ms_median / s.time_ms_median,
                 interval="",
             )
-            pair = _best_pair(pairs, phase, b, dtype, seq_len, ssm)
-            if pair is not None:
-                row.update(
-                    attention_backend=pair.backend,
-                    ssm_backend=pair.backend,
-                    tier=int(BACKEND_TIERS.get(pair.backend, tier)),
-                    latency_ratio=pair.latency_ratio,
-                    latency_lo=pair.latency_lo,
-                    latency_hi=pair.latency_hi,
-                    interval=pair.get("interval", "") or WITHIN_PROCESS,
-                    replicates=int(pair.get("replicates_ok", 1) or 1),
-                    **{
-                        c: pair.get(c, np.nan if c.startswith("between") else "")
-                        for c in (
-                            "between_maxmin",
-                            "between_cv",
-                            "process_ratios",
-                            "outliers",
-                            "loaded",
-                        )
-                    },  # fmt: skip
-                )
-                a, s = (
-                    _cell(point, "attention", pair.backend, a),
-                    _cell(point, ssm, pair.backend, s),
-                )
-                row.update(
-                    attention_compute_dtype=pair.get("attention_compute_dtype", "")
-                    or _compute_dtype(a),
-                    ssm_compute_dtype=pair.get("ssm_compute_dtype", "") or _compute_dtype(s),
-                )
-            else:
-                low, high, replicated = _unpaired(a, s, by_cell)
-                sd = process_sd.get(phase, process_sd.get("*", np.nan))
-                processes = 1
-                if replicated:
-                    row["interval"] = REPLICATED
-                    processes = min(len(by_cell[_key(a)]), len(by_cell[_key(s)]))
-                elif not np.isnan(low):
-                    row["interval"] = SEPARATE
-                    if np.isfinite(sd):
-                        low, high = widen(row["latency_ratio"], low, high, sd)
-                        row["interval"] = WIDENED
-                row.update(latency_lo=low, latency_hi=high, replicates=processes)
+            here = _best_pairs(pairs, phase, b, dtype, seq_len, ssm)
+            if here:  # a row per device kind the pair's replicates ran on
+                rows += [_paired_row(row, pair, point, ssm, a, s, tier) for pair in here]
+                continue
+            kinds = {"attention": device_kind(a), ssm: device_kind(s)}
+            row["energy_ratio"] = _energy_ratio(a, s, kinds.values())
+            if one_kind(*kinds.values()):
+                row.update(_separate(row, a, s, by_cell, process_sd.get(phase, sd_any)))
+                row["device_name"] = kinds["attention"]
+            else:  # never a ratio of two device kinds: the row says which ran where
+                row.update(latency_ratio=np.nan, latency_lo=np.nan, latency_hi=np.nan)
+                row["device_name"] = "; ".join(f"{side}: {k}" for side, k in kinds.items())
             row["answer"] = ANSWERS.get(decide(row["latency_lo"], row["latency_hi"]), "")
-            row["device_name"] = a.device_name or a.device
-            energy_ok = s.energy_j and not pd.isna(s.energy_j) and not pd.isna(a.energy_j)
-            row["energy_ratio"] = a.energy_j / s.energy_j if energy_ok else np.nan
             rows.append(row)
     return pd.DataFrame(rows, columns=GO_NO_GO_COLUMNS)
 
@@ -288,11 +254,12 @@ def _ok_pairs(paired: pd.DataFrame | None, batch) -> pd.DataFrame:
     return ok if batch is None else ok[ok.batch == batch]
 
 
-def _best_pair(pairs: pd.DataFrame, phase, batch, dtype, seq_len, ssm):
-    """The paired row at the point, at the highest backend tier the run paired it at
-    (ties: the faster SSM side), or None."""
+def _best_pairs(pairs: pd.DataFrame, phase, batch, dtype, seq_len, ssm) -> list:
+    """The paired rows at the point, at the highest backend tier the run paired it at
+    (ties: the faster SSM side), one per device kind the pair ran on (the pairs table
+    keeps kinds apart); [] without any."""
     if pairs.empty:
-        return None
+        return []
     here = pairs[
         (pairs.phase == phase)
         & (pairs.batch == batch)
@@ -301,10 +268,69 @@ def _best_pair(pairs: pd.DataFrame, phase, batch, dtype, seq_len, ssm):
         & (family_of(pairs) == ssm)
     ]
     if here.empty:
-        return None
+        return []
     here = here.assign(tier=here.backend.map(BACKEND_TIERS).fillna(0))
     here = here[here.tier == here.tier.max()]
-    return here.nsmallest(1, "ssm_ms").iloc[0]
+    here = here.assign(kind=[device_kind(r) for _, r in here.iterrows()])
+    return [kind.nsmallest(1, "ssm_ms").iloc[0] for _, kind in here.groupby("kind", sort=True)]
+
+
+def _paired_row(row: dict, pair, point: pd.DataFrame, ssm: str, a, s, tier) -> dict:
+    """A go/no-go row from a paired cell (one device kind's replicates): the pair's
+    ratio, interval and spread; the compute dtypes from the pair, else its cells."""
+    out = dict(row)
+    out.update(
+        attention_backend=pair.backend,
+        ssm_backend=pair.backend,
+        tier=int(BACKEND_TIERS.get(pair.backend, tier)),
+        latency_ratio=pair.latency_ratio,
+        latency_lo=pair.latency_lo,
+        latency_hi=pair.latency_hi,
+        interval=pair.get("interval", "") or WITHIN_PROCESS,
+        replicates=int(pair.get("replicates_ok", 1) or 1),
+        **{
+            c: pair.get(c, np.nan if c.startswith("between") else "")
+            for c in ("between_maxmin", "between_cv", "process_ratios", "outliers", "loaded")
+        },
+    )
+    a, s = _cell(point, "attention", pair.backend, a), _cell(point, ssm, pair.backend, s)
+    # a pairs table from before device names: the pair ran where its cells did
+    named = pair.get("device_name", "")
+    kind = device_kind(pair) if isinstance(named, str) and named else device_kind(a)
+    out.update(
+        attention_compute_dtype=pair.get("attention_compute_dtype", "") or _compute_dtype(a),
+        ssm_compute_dtype=pair.get("ssm_compute_dtype", "") or _compute_dtype(s),
+        device_name=kind,
+        energy_ratio=_energy_ratio(a, s, (device_kind(a), device_kind(s), kind)),
+    )
+    out["answer"] = ANSWERS.get(decide(out["latency_lo"], out["latency_hi"]), "")
+    return out
+
+
+def _energy_ratio(a, s, kinds) -> float:
+    """Attention's energy over the SSM's, of two separate cells (one reading each, no
+    interval); NaN where either lacks one or ``kinds`` are not one device kind."""
+    ok = s.energy_j and not pd.isna(s.energy_j) and not pd.isna(a.energy_j)
+    return a.energy_j / s.energy_j if ok and one_kind(*kinds) else np.nan
+
+
+def _separate(row: dict, a, s, by_cell: dict, sd: float) -> dict:
+    """The interval of a ratio of two separate cells of one device kind (``row``'s
+    ratio): resampled over each side's processes where both have several, else over
+    their samples, widened by the phase's between-process ``sd`` where the run measured
+    one (:data:`SEPARATE`, :data:`WIDENED`, :data:`REPLICATED`)."""
+    low, high, replicated = _unpaired(a, s, by_cell)
+    out = {"interval": row["interval"], "replicates": 1}
+    if replicated:
+        out["interval"] = REPLICATED
+        out["replicates"] = min(len(by_cell[_key(a)]), len(by_cell[_key(s)]))
+    elif not np.isnan(low):
+        out["interval"] = SEPARATE
+        if np.isfinite(sd):
+            low, high = widen(row["latency_ratio"], low, high, sd)
+            out["interval"] = WIDENED
+    out.update(latency_lo=low, latency_hi=high)
+    return out
 
 
 def _cell(point: pd.DataFrame, family: str, backend: str, default):
@@ -347,7 +373,8 @@ def speedups_table(cells: pd.DataFrame, samples: pd.DataFrame | None = None) -> 
     """One row per CUDA-graph decode cell of ``cells``: its eager twin's median over its
     own, with the unpaired 95% interval from ``samples`` (:func:`graph_speedups`, every
     batch), or, where either cell is not ok, the status and reason of the one that is not
-    (the graph cell's first) and no speed-up."""
+    (the graph cell's first) and no speed-up; where the two ran on different device kinds
+    (``select.one_kind``), ``unavailable`` and no speed-up."""
     data = with_columns(cells, _NUMERIC, _TEXT)
     by_cell = samples_by_cell(samples)
     rows = []
@@ -377,6 +404,13 @@ def speedups_table(cells: pd.DataFrame, samples: pd.DataFrame | None = None) -> 
                 row.update(
                     status="not_run" if e is None else e.status,
                     reason=f"its {eager} twin " + ("was not planned" if e is None else e.reason),
+                )
+            kinds = (device_kind(e), device_kind(g)) if e is not None else ()
+            if row["status"] == "ok" and not one_kind(*kinds):
+                row.update(
+                    status="unavailable",
+                    reason=f"no ratio of two device kinds: {eager} on {kinds[0]}, "
+                    f"{graph} on {kinds[1]}",
                 )
             if row["status"] == "ok":
                 low, high, _ = _unpaired(e, g, by_cell)
@@ -672,8 +706,13 @@ def go_no_go_sentences(table: pd.DataFrame) -> list[str]:
             )
         )
         parts = []
+        several = rows.device_name.nunique() > 1 if "device_name" in rows else False
         for r in rows.itertuples():
-            part = f"{r.ssm} {_interval(r)}"
+            if pd.isna(r.latency_ratio):  # two device kinds: no ratio (go_no_go_table)
+                parts.append(f"{r.ssm}: no ratio ({r.device_name})")
+                continue
+            where = f" on {r.device_name}" if several else ""  # a node of two GPU kinds
+            part = f"{r.ssm}{where} {_interval(r)}"
             if pd.notna(r.flop_ratio) and r.flop_ratio > 0:
                 # latency ratio over FLOP ratio: 1.00 turns the FLOP saving fully into speed
                 part += (

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ssmbench import counts as counts_mod
@@ -20,7 +21,7 @@ from ssmbench.gpulease import gpu_record
 from ssmbench.matrix import Cell, Size, Timing, compute_dtype
 from ssmbench.process import device_name, device_unavailable, error_status, set_threads
 from ssmbench.provenance import git_state, now
-from ssmbench.records import CellRecord, phase_verdict, verify_summary
+from ssmbench.records import CellRecord, ceilings_for, phase_verdict, verify_summary
 
 
 @dataclass(frozen=True)
@@ -66,14 +67,15 @@ def run_cell(
     spec: CellSpec,
     verify: dict | None = None,
     threads: int | None = None,
-    device_info: dict | None = None,
+    device_records: Sequence[dict] = (),
 ) -> CellRecord:
     """Measure one cell and return its record.
 
     ``verify`` is the (model, backend) verify record: a backend that did not pass is never
     timed.  ``threads`` fixes torch's CPU thread count (default: all cores).
-    ``device_info`` is the run's ``device.json`` (from the ``calibrate`` rule): with it the
-    record gets its utilization against the measured ceilings.  ``spec.timing.timeout_s``
+    ``device_records`` are the run's calibrations (rule ``calibrate``: ``device.json``, or
+    one per GPU): the one of the device the cell runs on (``records.ceilings_for``) gives
+    its utilization against the measured ceilings.  ``spec.timing.timeout_s``
     bounds the whole cell (see :mod:`ssmbench.measure.timing`).
     """
     c = spec.cell
@@ -90,7 +92,7 @@ def run_cell(
 
     try:
         with deadline_alarm(deadline):
-            _measure_into(record, spec, verify, threads, device_info, deadline)
+            _measure_into(record, spec, verify, threads, device_records, deadline)
     except CellTimeout:
         _timed_out(record, spec.timing)
     except Exception as e:
@@ -344,7 +346,7 @@ def _verify_unusable(c: Cell, verify: dict) -> tuple[str, str] | None:
 
 
 def _measure_into(
-    record: CellRecord, spec: CellSpec, verify: dict | None, threads, device_info, deadline
+    record: CellRecord, spec: CellSpec, verify: dict | None, threads, device_records, deadline
 ) -> None:
     from ssmbench.models.graphs import graph_unavailable
 
@@ -426,6 +428,8 @@ def _measure_into(
     record.intensity = n.intensity
     record.tflops = n.flop / median_s / 1e12
     record.bw_gbps = n.bytes / median_s / 1e9
+    # the ceilings of the GPU it ran on (CUDA is up: torch names it), never another's
+    device_info = ceilings_for(gpu_record(spec.device), list(device_records))
     if device_info:
         from ssmbench.measure.ceilings import utilization
 

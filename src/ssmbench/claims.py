@@ -35,6 +35,7 @@ import pandas as pd
 import yaml
 
 from ssmbench.paths import REPO
+from ssmbench.select import device_kind, one_kind
 from ssmbench.tables import family_of
 
 CLAIMS = REPO / "config" / "claims.yaml"
@@ -158,11 +159,19 @@ def latency_ratio(
     that T only.  Returns (ratio or None, why, the cells used, (lo, hi)): the 95% interval
     of the ratio at the point it was taken, an unpaired bootstrap over the two cells'
     samples (``samples``: ssmbench.analysis.samples_by_cell; NaN without them)."""
-    a, b = _ok(cells, phase, slow), _ok(cells, phase, fast)
+    a, b = (with_kind(_ok(cells, phase, side)) for side in (slow, fast))
     keys = ["batch", "seq_len"] + (["dtype"] if same_dtype else [])
     if not same_dtype:  # each side at its fastest dtype per point
         a, b = (t.sort_values("time_ms_median").drop_duplicates(keys) for t in (a, b))
     both = a.merge(b, on=keys, suffixes=("_slow", "_fast"))
+    # never a ratio of two device kinds (a node whose GPUs differ)
+    same = pd.Series(
+        [one_kind(x, y) for x, y in zip(both.kind_slow, both.kind_fast, strict=True)],
+        index=both.index,
+        dtype=bool,
+    )
+    apart = "" if same.all() else " on one device kind"
+    both = both[same]
     where = ""
     if max_len is not None:
         both, where = both[both.seq_len <= max_len], f" at T <= {max_len}"
@@ -172,6 +181,7 @@ def latency_ratio(
     if both.empty:
         missing = [_label(s) for s, t in ((slow, a), (fast, b)) if t.empty]
         why = f"no ok {phase or ''} cells of {', '.join(missing)}" if missing else "no shared T"
+        why += "" if missing else apart
         return None, (why + where).replace("  ", " "), "", (math.nan, math.nan)
     if longest:
         both = both[both.seq_len == both.seq_len.max()]
@@ -183,6 +193,11 @@ def latency_ratio(
     )
     interval = _interval(top, samples)
     return float(ratios.max()), "", used.replace("  ", " "), interval
+
+
+def with_kind(cells: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` with ``kind``, the device kind each ran on (``select.device_kind``)."""
+    return cells.assign(kind=[device_kind(row) for _, row in cells.iterrows()])
 
 
 def _interval(top: pd.Series, samples: dict | None) -> tuple[float, float]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from ssmbench import gpulease, paths
 from ssmbench.devices import cuda_available
 from ssmbench.errors import ConfigError
 from ssmbench.lm.matrix import LMCell, LMMatrix, matrix
@@ -116,6 +117,20 @@ class Plan:
     lm: LMMatrix = field(default=LMMatrix())
     # the quality axis (preset key `tasks`, ssmbench.tasks.matrix): None without tasks
     tasks: TaskMatrix | None = None
+    # the GPUs calibrated one by one (their Gpu.key), each by a job leasing it: on a cuda
+    # preset, the GPUs this node's jobs may lease (gpulease.leasable); empty on a CPU and
+    # where the plan cannot know the jobs' GPUs (SLURM chose them): one device.json then
+    calibrated_gpus: tuple[str, ...] = field(default=())
+
+    def device_records(self) -> list[str]:
+        """The run's calibration records, which every cell reads and joins to the GPU it
+        ran on (``ssmbench.records.ceilings_for``): one per calibrated GPU, else
+        ``device.json``; none for a run without block cells."""
+        if not self.cells:
+            return []
+        if self.calibrated_gpus:
+            return [paths.device_gpu(self.run, key) for key in self.calibrated_gpus]
+        return [paths.device(self.run)]
 
     @property
     def kind(self) -> str:
@@ -428,7 +443,17 @@ def plan(config: dict, cuda: bool | None = None) -> Plan:
         paired_replicates=paired_replicates,
         lm=lm,
         tasks=tasks,
+        calibrated_gpus=calibrated_gpus(preset["device"]),
     )
+
+
+def calibrated_gpus(device: str) -> tuple[str, ...]:
+    """The keys of the GPUs a preset on ``device`` calibrates one by one: on cuda, those
+    this node's jobs may lease (:func:`ssmbench.gpulease.leasable`), so a node whose GPUs
+    differ has each one's ceilings; none on a CPU."""
+    if device != "cuda":
+        return ()
+    return tuple(gpu.key for gpu in gpulease.leasable())
 
 
 def lm_figures(profiled: bool = True) -> dict[str, FigureSpec]:

@@ -39,6 +39,13 @@ class Gpu:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def key(self) -> str:
+        """The name of this GPU's ceilings record (``results/<run>/devices/<key>.json``)
+        and of the GPU a job asks to lease: its UUID, unique across nodes and reboots,
+        else its PCI bus id (the driver shows no UUID before the GPU is first opened)."""
+        return self.uuid or self.pci_bus_id
+
 
 def cuda_available() -> bool:
     """Whether an NVIDIA driver is loaded, judged without importing torch.
@@ -116,6 +123,15 @@ def _nvidia_smi_gpus() -> tuple[Gpu, ...]:
         if len(parts) == 4 and parts[0].isdigit():
             found.append(Gpu(int(parts[0]), parts[1], bus_id(parts[2]), parts[3]))
     return tuple(found)
+
+
+def named(node_gpus: list[Gpu], key: str) -> Gpu | None:
+    """The GPU of ``node_gpus`` that ``key`` names (its :attr:`Gpu.key`, UUID or PCI bus
+    id in any of :func:`bus_id`'s forms), or None."""
+    for gpu in node_gpus:
+        if key and (key == gpu.uuid or (gpu.pci_bus_id and bus_id(key) == gpu.pci_bus_id)):
+            return gpu
+    return None
 
 
 def allowed(node_gpus: list[Gpu], listed: str | None) -> list[Gpu]:

@@ -8,7 +8,8 @@ takes it for every rule's script that holds a ``gpu``), before anything initiali
 1. the devices it may use: the node's GPUs (:func:`ssmbench.devices.gpus`), narrowed by a
    ``CUDA_VISIBLE_DEVICES`` the run was started with (:func:`ssmbench.devices.allowed`);
 2. the first of them whose lock file (``<folder>/<pci bus id>.lock``) it can lock with
-   ``fcntl.flock``, waiting while every one is held;
+   ``fcntl.flock``, waiting while every one is held (a job that must measure one GPU, a
+   per-device calibration, names it and waits for that one: ``wanted``);
 3. ``CUDA_VISIBLE_DEVICES`` set to that GPU (its UUID, else its index with
    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), so the job's ``cuda`` is that device and no other.
 
@@ -99,13 +100,39 @@ def held() -> Lease | None:
     return _HELD
 
 
-def acquire(node_gpus: list[Gpu] | None = None, folder: str | os.PathLike | None = None) -> Lease:
+def slurm_given() -> str:
+    """``NAME=value`` of the variable by which SLURM says it chose this job's GPUs, or ""."""
+    given = [name for name in SLURM_GPU_VARS if os.environ.get(name)]
+    return f"{given[0]}={os.environ[given[0]]}" if given else ""
+
+
+def leasable(node_gpus: list[Gpu] | None = None) -> list[Gpu]:
+    """The GPUs a job of this node may lease, in PCI bus order: the node's
+    (:func:`ssmbench.devices.gpus`, or ``node_gpus``) that ``CUDA_VISIBLE_DEVICES``
+    allows; none where SLURM chose the device (:func:`slurm_given`).  A cuda preset's
+    plan calibrates each of them (``ssmbench.config.Plan.calibrated_gpus``)."""
+    if slurm_given():
+        return []
+    return devices.allowed(
+        devices.gpus() if node_gpus is None else node_gpus,
+        os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+
+
+def acquire(
+    node_gpus: list[Gpu] | None = None,
+    folder: str | os.PathLike | None = None,
+    wanted: str | None = None,
+) -> Lease:
     """Lease one GPU of this node for this process, waiting while every one it may use is
     leased, and set ``CUDA_VISIBLE_DEVICES`` to it; see the module's docstring.
     ``node_gpus`` replaces :func:`ssmbench.devices.gpus` and ``folder`` :func:`lock_folder`.
+    ``wanted`` (a :attr:`Gpu.key`: UUID or PCI bus id) asks for that GPU and no other,
+    waiting while it is held: a calibration measures one named device.
 
     A process holds one lease: a second call returns the first.  Raises RuntimeError when
-    CUDA is initialised already (setting ``CUDA_VISIBLE_DEVICES`` then changes nothing)."""
+    CUDA is initialised already (setting ``CUDA_VISIBLE_DEVICES`` then changes nothing),
+    and when ``wanted`` is not a GPU this job may lease (or SLURM chose the device)."""
     global _HELD
     if _HELD is not None:
         return _HELD
@@ -115,13 +142,16 @@ def acquire(node_gpus: list[Gpu] | None = None, folder: str | os.PathLike | None
             "CUDA is initialised already, so CUDA_VISIBLE_DEVICES cannot choose this job's "
             "GPU: take the GPU lease (ssmbench.gpulease.acquire) before anything uses CUDA"
         )
-    given = [name for name in SLURM_GPU_VARS if os.environ.get(name)]
+    given = slurm_given()
+    if given and wanted:
+        raise RuntimeError(
+            f"this job must run on GPU {wanted}, but SLURM chose its device ({given})"
+        )
     if given:
-        return Lease(None, note=f"the GPU SLURM gave this job ({given[0]}={os.environ[given[0]]})")
-    pool = devices.allowed(
-        devices.gpus() if node_gpus is None else node_gpus,
-        os.environ.get("CUDA_VISIBLE_DEVICES"),
-    )
+        return Lease(None, note=f"the GPU SLURM gave this job ({given})")
+    pool = leasable(node_gpus)
+    if wanted:
+        pool = _only(pool, wanted)
     if not pool:
         return Lease(None, note="no GPU on this node to lease")
     folder = Path(folder or lock_folder())
@@ -140,12 +170,24 @@ def acquire(node_gpus: list[Gpu] | None = None, folder: str | os.PathLike | None
                 return lease
         if waiting_since is None:
             waiting_since = time.monotonic()
+            which = f"GPU {wanted} is" if wanted else f"all {len(pool)} GPUs this job may use are"
             print(
-                f"ssm-bench: all {len(pool)} GPUs this job may use are leased (locks in "
-                f"{folder}); waiting for one",
+                f"ssm-bench: {which} leased (locks in {folder}); waiting",
                 flush=True,  # a job's log (a file, a pipe) says so while it waits
             )
         time.sleep(POLL_S)
+
+
+def _only(pool: list[Gpu], wanted: str) -> list[Gpu]:
+    """The GPU of ``pool`` that ``wanted`` names, as a list; RuntimeError where none is."""
+    gpu = devices.named(pool, wanted)
+    if gpu is None:
+        known = ", ".join(f"{g.index}: {g.key}" for g in pool) or "none"
+        raise RuntimeError(
+            f"GPU {wanted} is not one this job may lease (the node's, narrowed by "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}): {known}"
+        )
+    return [gpu]
 
 
 def _make_folder(folder: Path) -> None:

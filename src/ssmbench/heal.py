@@ -153,7 +153,7 @@ def planned_outputs(plan) -> list[tuple[str, Check]]:
 
     run = plan.run
     # a whole-model run has no calibration: no device record to hold the place of
-    outputs: list[tuple[str, Check]] = [(paths.device(run), _device)] if plan.cells else []
+    outputs: list[tuple[str, Check]] = [(path, _device) for path in plan.device_records()]
     outputs += [(paths.verify_record(run, m, b), _verify) for m, b in plan.pairs]
     if plan.device == "cuda":
         outputs += [(paths.prewarm(run, *key), _prewarm) for key in prewarm_groups(plan.cells)]

@@ -6,10 +6,11 @@ so ``scripts/gpu_check.sh`` ends with :func:`pack`.  What goes, most important f
 
 1. ``cells.csv`` (the run's cells table, also inside the archive) and the script's log;
 2. ``ssmbench-<run>.tar.gz``: the run's tables, records, verify and prewarm records,
-   device.json, operator profiles, every provenance sidecar, the run's manifest
-   (``results/<run>/MANIFEST.sha256``: every file of the run folder with its sha256,
-   traces included, written here: ``ssmbench.provenance.write_manifest``), the job logs,
-   then the figures (PNG, then PDF and the executed notebooks);
+   calibrations (device.json, or devices/<gpu>.json per GPU), operator profiles, every
+   provenance sidecar, the run's manifest (``results/<run>/MANIFEST.sha256``: every file
+   of the run folder with its sha256, traces included, written here:
+   ``ssmbench.provenance.write_manifest``), the job logs, then the figures (PNG, then PDF
+   and the executed notebooks);
 3. ``traces-<run>.tar.gz``: the gzipped Chrome traces of the operator profiles.
 
 An archive over the size limit is cut into ``.partNN`` pieces (``cat`` them back together

@@ -31,6 +31,7 @@ PROFILE_LOG = "logs/{run}/profile/" + _AXES + ".log"
 VERIFY_LOG = "logs/{run}/verify/{model}/{backend}.log"
 PREWARM_LOG = "logs/{run}/prewarm/{model}/{backend}-{dtype}.log"
 CALIBRATE_LOG = "logs/{run}/calibrate.log"
+CALIBRATE_GPU_LOG = "logs/{run}/calibrate/{gpu}.log"
 AGGREGATE_LOG = "logs/{run}/aggregate.log"
 VERDICT_LOG = "logs/{run}/verdict.log"
 FIGURE_TABLE_LOG = "logs/{run}/figure_table/{figure}.log"
@@ -48,7 +49,11 @@ IMPORT_LOG = "logs/imported/ssm_scope.log"
 # record per replicate process r = 0..k-1 (preset key paired.replicates)
 PAIRED = "results/{run}/paired/" + _AXES + "-r{replicate}.json"
 PAIRED_LOG = "logs/{run}/paired/" + _AXES + "-r{replicate}.log"
+# the run's calibration (rule calibrate): one record on a CPU, in a shipped run, and where
+# the plan cannot name the GPUs (SLURM chose them); on a node whose GPUs the jobs lease,
+# one per GPU, named by its Gpu.key (UUID, else PCI bus id: rule calibrate_gpu)
 DEVICE = "results/{run}/device.json"
+DEVICE_GPU = "results/{run}/devices/{gpu}.json"
 PREWARM = "results/{run}/prewarm/{model}/{backend}-{dtype}.json"
 # the mark of a run stopped because an output could not be saved (ssmbench.outcome)
 STOPPED = "results/{run}/STOPPED"
@@ -171,6 +176,11 @@ def cache(run: str, name: str) -> str:
 def device(run: str) -> str:
     """The run's calibration: measured ceilings and datasheet peaks."""
     return DEVICE.format(run=run)
+
+
+def device_gpu(run: str, gpu: str) -> str:
+    """The calibration of one GPU, named by its key (``ssmbench.devices.Gpu.key``)."""
+    return DEVICE_GPU.format(run=run, gpu=gpu)
 
 
 def table(run: str, name: str) -> str:

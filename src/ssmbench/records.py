@@ -409,6 +409,35 @@ def read_device(path: str | os.PathLike) -> dict:
     return data
 
 
+def same_gpu(a: dict | None, b: dict | None) -> bool:
+    """Whether two records' ``gpu`` fields (``ssmbench.devices.Gpu.to_dict``) name one
+    physical GPU: the same UUID, or, where either lacks one, the same PCI bus id."""
+    if not a or not b:
+        return False
+    if a.get("uuid") and b.get("uuid"):
+        return a["uuid"] == b["uuid"]
+    return bool(a.get("pci_bus_id")) and a.get("pci_bus_id") == b.get("pci_bus_id")
+
+
+def _device_name(device_record: dict) -> str:
+    gpu = device_record.get("gpu") or {}
+    return gpu.get("name") or device_record.get("device_name") or ""
+
+
+def ceilings_for(gpu: dict | None, device_records: list[dict]) -> dict | None:
+    """The calibration record whose ceilings a cell on ``gpu`` (its record's ``gpu``
+    field; None on a CPU) is divided by, from the run's ``device_records``: the record of
+    that physical GPU (:func:`same_gpu`); where the run has none (one ``device.json``
+    measured on whichever GPU SLURM gave), one of a GPU of the same model (name), never
+    another model's; on a CPU, the record that names no GPU.  None where none fits: the
+    cell then has no utilization rather than another device's."""
+    if gpu is None:
+        return next((r for r in device_records if not r.get("gpu")), None)
+    own = [r for r in device_records if same_gpu(gpu, r.get("gpu"))]
+    kind = [r for r in device_records if gpu.get("name") and _device_name(r) == gpu["name"]]
+    return (own or kind or [None])[0]
+
+
 def read_prewarm(path: str | os.PathLike) -> dict:
     data = read_json(path)
     require_keys(data, PREWARM_KEYS, path, "prewarm record")

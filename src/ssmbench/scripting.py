@@ -29,7 +29,8 @@ NOT_IN_A_CLONE = (
 def logged(snakemake):
     """Send the job's stdout, stderr and ``logging`` output to its ``log:`` file, and
     hold a GPU of the node for the job's life when it holds Snakemake's ``gpu``
-    resource (:mod:`ssmbench.gpulease`; the log names the device).
+    resource (:mod:`ssmbench.gpulease`; the log names the device): the one its
+    ``lease_gpu`` param names (:func:`wanted_gpu`), else the first free one.
 
     An exception is written to the log too, then re-raised so the job fails."""
     path = snakemake.log[0]
@@ -43,7 +44,7 @@ def logged(snakemake):
         lease = None
         try:
             if gpus_held(snakemake):
-                lease = gpulease.acquire()
+                lease = gpulease.acquire(wanted=wanted_gpu(snakemake))
                 print(f"GPU lease: {describe(lease)}", flush=True)  # a killed job's log too
             yield
         except BaseException:
@@ -64,6 +65,15 @@ def gpus_held(snakemake) -> int:
         return int(getattr(snakemake.resources, "gpu", 0) or 0)
     except (AttributeError, TypeError, ValueError):
         return 0
+
+
+def wanted_gpu(snakemake) -> str | None:
+    """The GPU a job must lease, by its :attr:`ssmbench.devices.Gpu.key` (its ``lease_gpu``
+    param: a per-device calibration), or None where any free GPU will do."""
+    try:
+        return str(getattr(snakemake.params, "lease_gpu", "") or "") or None
+    except (AttributeError, TypeError):
+        return None
 
 
 def describe(lease: gpulease.Lease) -> str:

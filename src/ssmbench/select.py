@@ -1,6 +1,8 @@
-"""Selecting rows of a table: by column values, one batch and one dtype, and the lines of a
-latency-like quantity over T (one per run, model, backend and dtype).  pandas only; the
-figures (``ssmbench.figures.data``) and the analysis (``ssmbench.analysis``) share it.
+"""Selecting rows of a table: by column values, one batch and one dtype, the lines of a
+latency-like quantity over T (one per run, model, backend and dtype), and the device kind
+a row ran on, so that no ratio sets two kinds against each other (:func:`one_kind`).
+pandas only; the figures (``ssmbench.figures.data``), the claims and the analysis
+(``ssmbench.analysis``) share it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,22 @@ def as_list(value) -> list | None:
     if isinstance(value, str) or not isinstance(value, Sequence):
         return [value]
     return list(value) or None
+
+
+def device_kind(row) -> str:
+    """The device a row of a table ran on: its ``device_name`` (the GPU's model as torch
+    and the lease name it, ``gpulease.gpu_record``; the CPU's model), else ``device``.  A
+    replicated cell whose processes ran on several kinds names them all, "; "-joined
+    (``ssmbench.tables``)."""
+    name = row.get("device_name", "")
+    name = "" if pd.isna(name) else str(name)
+    return name or str(row.get("device", ""))
+
+
+def one_kind(*kinds: str) -> bool:
+    """Whether ``kinds`` (:func:`device_kind` of each side) are one device kind, so that a
+    ratio of their times compares like with like: never two GPU models in one ratio."""
+    return len(set(kinds)) == 1 and not any("; " in k for k in kinds)
 
 
 def select(table: pd.DataFrame, **wanted) -> pd.DataFrame:

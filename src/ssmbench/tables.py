@@ -339,17 +339,33 @@ PAIRS_SCHEMA = pa.DataFrameSchema(
         "status": pa.Column(str, pa.Check.isin(STATUSES)),
         "interval": pa.Column(str, pa.Check.isin(["", "hierarchical", "within-process"])),
     },
-    unique=KEYS,
+    unique=KEYS + ["device_name"],
     strict=True,
 )
 
 
+def by_device_kind(group: list) -> list[list]:
+    """A paired cell's replicate records split by the device kind they ran on (their
+    ``device_name``: the GPU's model on a node whose GPUs differ), so that no ratio pools
+    two kinds; one list where they name one kind (or none).  A record that names none (it
+    failed before it had a device) goes with the first kind's."""
+    name = {id(r): getattr(r, "device_name", "") or "" for r in group}
+    kinds = sorted(set(name.values()) - {""})
+    if len(kinds) <= 1:
+        return [group]
+    split = [[r for r in group if name[id(r)] == kind] for kind in kinds]
+    split[0] += [r for r in group if not name[id(r)]]
+    return split
+
+
 def pairs_table(records) -> pd.DataFrame:
-    """One row per paired cell from its replicate records (:data:`PAIRS_COLUMNS`): ok
-    when at least one replicate is ok, its numbers from the ok ones; ``reason`` names the
-    replicates that are not ok.  An outlier (``ssmbench.stats.outliers``) or a loaded
-    replicate stays in the estimate, a median, which one process cannot move far, and
-    is named (``outliers``, ``loaded``), never dropped in silence."""
+    """One row per paired cell and device kind from its replicate records
+    (:data:`PAIRS_COLUMNS`; one row per cell unless its replicates ran on two kinds of GPU,
+    :func:`by_device_kind`): ok when at least one replicate is ok, its numbers from the
+    ok ones; ``reason`` names the replicates that are not ok.  An outlier
+    (``ssmbench.stats.outliers``) or a loaded replicate stays in the estimate, a median,
+    which one process cannot move far, and is named (``outliers``, ``loaded``), never
+    dropped in silence."""
     import numpy as np
 
     from ssmbench import stats
@@ -357,8 +373,9 @@ def pairs_table(records) -> pd.DataFrame:
     groups: dict[tuple, list] = {}
     for r in records:
         groups.setdefault(tuple(getattr(r, k) for k in KEYS), []).append(r)
+    split = [(key, part) for key, group in sorted(groups.items()) for part in by_device_kind(group)]
     rows = []
-    for key, group in sorted(groups.items()):
+    for key, group in split:
         group = sorted(group, key=lambda r: getattr(r, "replicate", 0))
         ok = [r for r in group if r.status == "ok" and r.attention_samples_ms]
         first = ok[0] if ok else group[0]
@@ -411,7 +428,7 @@ def pairs_table(records) -> pd.DataFrame:
         df[col] = df[col].fillna("").astype(str)
     for col in ("batch", "seq_len", "d_state", *_PAIRS_COUNTS):
         df[col] = df[col].fillna(0).astype(int)
-    return PAIRS_SCHEMA.validate(df.sort_values(KEYS, ignore_index=True))
+    return PAIRS_SCHEMA.validate(df.sort_values([*KEYS, "device_name"], ignore_index=True))
 
 
 def read_pairs_table(path: str | os.PathLike) -> pd.DataFrame:
@@ -560,7 +577,9 @@ def _replicated_row(group: list[CellRecord]) -> dict:
     (the lower of the two middle ones for an even count, so the row is one real process:
     its memory, energy and utilization belong to the time it reports), with
     REPLICATE_COLUMNS; ``reason`` also names the processes that are not ok, ``loaded``
-    each process its load witnesses flagged.  No ok process: the first record's row."""
+    each process its load witnesses flagged, ``device_name`` every device kind where the
+    processes ran on more than one (a node whose GPUs differ: ``ssmbench.analysis`` then
+    makes no ratio of the cell).  No ok process: the first record's row."""
     import numpy as np
 
     from ssmbench import stats
@@ -571,6 +590,9 @@ def _replicated_row(group: list[CellRecord]) -> dict:
     row = _cell_row(chosen)
     row["replicates"] = max(r.replicates for r in group)
     row["replicates_ok"] = len(ok)
+    kinds = sorted({r.device_name for r in group if r.device_name})
+    if len(kinds) > 1:  # processes on two kinds of GPU: the row says so, "; "-joined
+        row["device_name"] = "; ".join(kinds)
     others = "; ".join(
         f"r{r.replicate} {r.status}: {(r.reason or '').partition(chr(10))[0]}"
         for r in group

@@ -55,7 +55,7 @@ def _rehearsal_plan() -> config.Plan:
 
 def _device_job_outputs(plan: config.Plan) -> list[str]:
     """Every output of a job that uses the GPU: calibrate, verify, prewarm, bench."""
-    outputs = [paths.device(plan.run)]
+    outputs = plan.device_records()
     outputs += [paths.verify_record(plan.run, m, b) for m, b in plan.pairs]
     outputs += [paths.prewarm(plan.run, m, b, d) for (m, b, d) in _prewarm_keys(plan)]
     outputs += [paths.cell_record(plan.run, c) for c in plan.cells]
@@ -101,7 +101,7 @@ def test_device_jobs_of_a_cuda_preset_never_overlap_and_headline_cells_go_first(
 
     # the order: calibration, then the headline cell's verification and prewarm, then it
     first = min(outputs, key=lambda o: spans[o][0])
-    assert first == paths.device(plan.run)
+    assert first in plan.device_records()
     (headline,) = plan.headline
     headline_record = paths.cell_record(plan.run, headline)
     others = [paths.cell_record(plan.run, c) for c in plan.cells if c != headline]

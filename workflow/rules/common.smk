@@ -113,6 +113,7 @@ wildcard_constraints:
     replicate=r"\d+",
     dtype=r"fp64|fp32|fp16|bf16",
     figure=r"[a-z_]+",
+    gpu=r"[A-Za-z0-9][A-Za-z0-9:.-]*",
 
 
 def live_run(run):
@@ -225,7 +226,10 @@ def paired_input(wildcards):
 
 
 def device_input(wildcards):
-    return ancient(paths.device(live_run(wildcards.run)))
+    """The run's calibrations (one per GPU on a node whose GPUs the jobs lease,
+    ``Plan.device_records``): a cell joins its record to the GPU it ran on."""
+    live_run(wildcards.run)
+    return [ancient(path) for path in PLAN.device_records()]
 
 
 def verify_input(wildcards):
@@ -330,7 +334,8 @@ def run_verify_records(wildcards):
 
 
 def device_input_finished(wildcards):
-    return finished([paths.device(live_run(wildcards.run))])
+    live_run(wildcards.run)
+    return finished(PLAN.device_records())
 
 
 def run_sidecars(wildcards):

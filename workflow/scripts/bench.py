@@ -20,7 +20,8 @@ with logged(snakemake):
     refuse_if_stopped(p.run, snakemake.output.record)
     spec = spec_from_params(p)
     verify = read_verify(snakemake.input.verify)
-    device_info = read_device(snakemake.input.device)
+    # the run's calibrations; the cell divides by its own device's (ssmbench.cell)
+    device_records = [read_device(path) for path in snakemake.input.device]
     if p.cpu_mem_limit_gb and p.device == "cpu":
         cap_address_space(p.cpu_mem_limit_gb)  # over it, the cell is oom
         print(f"address space capped at {p.cpu_mem_limit_gb} GiB (RLIMIT_AS)")
@@ -31,7 +32,7 @@ with logged(snakemake):
         )
         print(message)
         print(f"warning: {message}", file=sys.__stderr__)
-    record = run_cell(spec, verify=verify, threads=snakemake.threads, device_info=device_info)
+    record = run_cell(spec, verify=verify, threads=snakemake.threads, device_records=device_records)
     record.replicate, record.replicates = p.replicate, p.replicates  # which process of a cell
     print(
         f"{snakemake.output.record}: {record.status} {record.reason} "

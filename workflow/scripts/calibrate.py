@@ -1,6 +1,7 @@
-"""Rule calibrate: measure the run's device ceilings (copy bandwidth, GEMM rate per dtype,
-the cost of one dispatch) and record the datasheet peaks beside them, into
-results/<run>/device.json."""
+"""Rules calibrate and calibrate_gpu: measure the device's ceilings (copy bandwidth, GEMM
+rate per dtype, the cost of one dispatch) and record the datasheet peaks beside them, into
+results/<run>/device.json, or, for one GPU of the node (leased by its key,
+params.lease_gpu), into results/<run>/devices/<key>.json."""
 
 import _src  # noqa: F401  (puts ../src on sys.path)
 
@@ -14,6 +15,7 @@ with logged(snakemake):
     p = snakemake.params
     record = calibrate(p.device, list(p.dtypes), quick=bool(p.quick), threads=snakemake.threads)
     print(f"{record['device']} ({record['device_name']}): {record['status']} {record['reason']}")
+    print(f"  gpu: {record['gpu']}")
     if record["copy"] is not None:
         print(f"  copy: {record['copy']['gbps']:.1f} GB/s ({record['copy']['nbytes']} bytes)")
     for dtype, m in record["matmul"].items():
