@@ -14,7 +14,7 @@ from ssmbench.__main__ import main
 from ssmbench.paths import REPO
 
 RUN = REPO / "results" / "precollected" / "cpu"
-# the shipped run's device is "AMD EPYC" (device.json): this entry names it
+# the shipped run's device is "AMD EPYC" (device.json): this entry matches it
 HERE = SimpleNamespace(
     name="AMD EPYC",
     kind="cpu",
@@ -23,14 +23,27 @@ HERE = SimpleNamespace(
     memory_GB=None,
     l2_MB=None,
     tdp_W=None,
-    sources=["a stand-in for the tests"],
+    sources={"bandwidth_GBps": "a stand-in for the tests"},
+    notes={},
+    matches=lambda name: name.lower() == "amd epyc",
 )
-ELSEWHERE = SimpleNamespace(**{**vars(HERE), "name": "Other CPU"})
+ELSEWHERE = SimpleNamespace(**{**vars(HERE), "name": "Other CPU", "matches": lambda name: False})
+# a class entry without datasheet numbers (as the catalogue's CPU classes are)
+CLASS = SimpleNamespace(
+    **{
+        **vars(HERE),
+        "name": "A CPU class",
+        "peak_TFLOPs": {"fp32": None, "bf16": None, "fp16": None, "tf32": None},
+        "bandwidth_GBps": None,
+        "sources": {},
+        "notes": {"bandwidth_GBps": "a class, not a product"},
+    }
+)
 
 
 @pytest.fixture
 def catalogue(monkeypatch):
-    entries = {e.name: e for e in (HERE, ELSEWHERE)}
+    entries = {e.name: e for e in (HERE, ELSEWHERE, CLASS)}
     monkeypatch.setattr(projection, "catalogue_device", lambda name: entries[name])
 
 
@@ -54,6 +67,7 @@ def test_the_projection_on_the_device_the_run_was_measured_on(catalogue, capsys)
     assert main(["floors", "--device", "AMD EPYC", "--dispatch-us", "5"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("PROJECTION onto AMD EPYC (cpu), from its datasheet")
+    assert "bandwidth 100 GB/s (datasheet)" in text and "fp32 peak 1 TFLOP/s (datasheet)" in text
     assert "dispatch: 5 us per op, stated on the command line (--dispatch-us)" in text
     assert "no operator count (n_ops): no dispatch floor" in text
     assert "measured on this device: measured floors and median beside" in text
@@ -76,6 +90,19 @@ def test_the_projection_elsewhere_has_no_measured_columns(catalogue, capsys):
     assert "measured:" not in text
 
 
+def test_a_class_without_datasheet_numbers_takes_the_runs_measured_ceilings(catalogue):
+    """The catalogue's CPU classes have no vendor figure: where the run was on the device,
+    its measured ceilings stand in, and the header says so."""
+    text = projection.report("A CPU class", RUN)
+    row = shipped_row("mamba2", "torch", "decode", 65536)
+    assert f"bandwidth {row.ceiling_bw_gbps:.4g} GB/s (no datasheet number" in text
+    projected, measured = line_of(text, "mamba2/torch decode b1 T65536 fp32").split("|")[1:]
+    assert projected.split()[1:3] == measured.split()[2:4]  # the same ceilings
+    elsewhere = SimpleNamespace(**{**vars(CLASS), "matches": lambda name: False})
+    roof = projection.roofs(elsewhere, None, measured_here=False)
+    assert roof.bandwidth_gbps is None and "bandwidth: none (a class, not a product)" in roof.said
+
+
 def test_bad_input_is_refused(catalogue, capsys):
     assert main(["floors", "--device", "AMD EPYC", "--dispatch-us", "0"]) == 2
     assert "must be positive" in capsys.readouterr().err
@@ -94,10 +121,9 @@ def test_a_stated_dispatch_cost_gives_a_dispatch_floor(catalogue):
 
 def test_the_catalogues_cpu_entries_project_the_shipped_run():
     catalogue = pytest.importorskip("ssmbench.catalogue")
-    entries = catalogue.load()
-    entries = list(entries.values()) if isinstance(entries, dict) else list(entries)
-    cpu = [e for e in entries if e.kind == "cpu"]
-    assert cpu, "the catalogue has no CPU class entry"
-    text = projection.report(cpu[0].name, RUN, 5.0, "assumed for the test")
-    assert text.startswith(f"PROJECTION onto {cpu[0].name} (cpu)")
+    entry = catalogue.match("AMD EPYC", "cpu")  # the shipped run's device_name
+    assert entry is not None, "the catalogue has no CPU entry for the shipped run"
+    text = projection.report(entry.name, RUN, 5.0, "assumed for the test")
+    assert text.startswith(f"PROJECTION onto {entry.name} (cpu)")
+    assert "measured on this device" in text
     assert "mamba2/torch decode b1 T65536 fp32" in text

@@ -43,15 +43,17 @@ def catalogue_device(name: str):
     return catalogue.device(name)
 
 
+# a device record's "device" -> the catalogue's kind
+KIND = {"cpu": "cpu", "cuda": "gpu"}
+
+
 def same_device(entry, device: dict | None) -> bool:
     """Whether a run's device record was measured on the catalogue ``entry``: the same
-    kind (cpu, cuda) and one name inside the other, or the record's datasheet entry is
-    the catalogue's name (a GPU matched by ``ssmbench.measure.ceilings.datasheet_for``)."""
-    if not device or device.get("device") != entry.kind:
+    kind, and the record's device name matched by the entry's patterns
+    (``catalogue.Device.matches``, as ``catalogue.match`` names a run's device)."""
+    if not device or KIND.get(device.get("device")) != entry.kind:
         return False
-    sheet = (device.get("datasheet") or {}).get("name", "")
-    name, ours = entry.name.lower(), str(device.get("device_name") or "").lower()
-    return bool(ours) and (ours in name or name in ours or sheet.lower() == name)
+    return entry.matches(str(device.get("device_name") or ""))
 
 
 def dispatch_for(entry, device: dict | None, stated_us: float | None, source: str) -> Dispatch:
@@ -65,17 +67,56 @@ def dispatch_for(entry, device: dict | None, stated_us: float | None, source: st
     return Dispatch(None, f"unknown: no --dispatch-us, and no run on {entry.name} measured it")
 
 
+@dataclass(frozen=True)
+class Roofs:
+    """The numbers a projection divides by: bandwidth (GB/s) and peak per dtype
+    (TFLOP/s), each the datasheet's, or where the catalogue has none (a CPU class) and the
+    run was measured on the device, the run's measured ceiling standing in; and what each
+    is, in words."""
+
+    bandwidth_gbps: float | None
+    peak_tflops: dict
+    said: list
+
+
+def roofs(entry, device: dict | None, measured_here: bool) -> Roofs:
+    """:class:`Roofs` of ``entry``: its datasheet numbers; a null one is the run's measured
+    ceiling where the run was there (said so), else missing with the catalogue's note."""
+    ceilings = ((device or {}).get("ceilings") or {}) if measured_here else {}
+    notes = getattr(entry, "notes", {}) or {}
+    said = []
+    bandwidth = entry.bandwidth_GBps
+    if bandwidth is None:
+        bandwidth = ceilings.get("bw_gbps")
+        said.append(_stand_in("bandwidth", bandwidth, "GB/s", notes.get("bandwidth_GBps")))
+    else:
+        said.append(f"bandwidth {bandwidth:g} GB/s (datasheet)")
+    peaks = {}
+    for dtype, peak in sorted((entry.peak_TFLOPs or {}).items()):
+        if peak is None:
+            peak = (ceilings.get("tflops") or {}).get(dtype)
+            if peak is not None:  # a mode without a datasheet number nor a measurement: unsaid
+                said.append(_stand_in(f"{dtype} peak", peak, "TFLOP/s", None))
+        else:
+            said.append(f"{dtype} peak {peak:g} TFLOP/s (datasheet)")
+        peaks[dtype] = peak
+    return Roofs(bandwidth, peaks, said)
+
+
+def _stand_in(what: str, value: float | None, unit: str, note: str | None) -> str:
+    if value is not None:
+        return f"{what} {value:.4g} {unit} (no datasheet number: the run's measured ceiling)"
+    return f"{what}: none ({note or 'no datasheet number'})"
+
+
 def _ms(seconds) -> str:
     return "-" if seconds is None or pd.isna(seconds) else f"{seconds * 1e3:.4g}"
 
 
 def _header(
-    entry, dispatch: Dispatch, run_dir: Path, measured_here: bool, counted: bool
+    entry, roof: Roofs, dispatch: Dispatch, run_dir: Path, measured_here: bool, counted: bool
 ) -> list[str]:
-    peaks = ", ".join(
-        f"{k} {v:g}" for k, v in sorted((entry.peak_TFLOPs or {}).items()) if v is not None
-    )
-    sources = entry.sources if isinstance(entry.sources, str) else "; ".join(entry.sources)
+    sources = "; ".join(f"{k}: {v}" for k, v in dict(entry.sources or {}).items())
     here = (
         "measured on this device: measured floors and median beside the projection"
         if measured_here
@@ -83,8 +124,8 @@ def _header(
     )
     return [
         f"{PROJECTION} onto {entry.name} ({entry.kind}), from its datasheet, not a measurement",
-        f"  bandwidth {entry.bandwidth_GBps:g} GB/s; peak TFLOP/s: {peaks or 'none listed'}",
-        f"  sources: {sources}",
+        *(f"  {text}" for text in roof.said),
+        f"  sources: {sources or 'none (no datasheet number)'}",
         f"  dispatch: {'-' if dispatch.us is None else f'{dispatch.us:g} us per op'}, "
         f"{dispatch.source}"
         + (
@@ -110,10 +151,11 @@ def report(
     cells = read_cells(run_dir / "tables" / "cells.csv")
     measured_here = same_device(entry, device)
     dispatch = dispatch_for(entry, device, dispatch_us, dispatch_source)
-    floors = projected(cells, entry.bandwidth_GBps, entry.peak_TFLOPs, dispatch.us)
+    roof = roofs(entry, device, measured_here)
+    floors = projected(cells, roof.bandwidth_gbps, roof.peak_tflops, dispatch.us)
     measured = with_floors(cells, device) if measured_here else None
     counted = "n_ops" in cells and cells["n_ops"].notna().any()
-    lines = _header(entry, dispatch, run_dir, measured_here, counted)
+    lines = _header(entry, roof, dispatch, run_dir, measured_here, counted)
     head = "cell".ljust(46) + " | projected: " + " ".join(f"{f:>9s}" for f in FLOORS)
     head += "  " + "bound".ljust(9)
     if measured_here:
