@@ -66,7 +66,7 @@ def shipped_row(model, backend, phase, seq_len):
 def test_the_projection_on_the_device_the_run_was_measured_on(catalogue, capsys):
     assert main(["floors", "--device", "AMD EPYC", "--dispatch-us", "5"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("PROJECTION onto AMD EPYC (cpu), from its datasheet")
+    assert text.startswith("PROJECTION onto AMD EPYC (cpu): the floors at the numbers below")
     assert "bandwidth 100 GB/s (datasheet)" in text and "fp32 peak 1 TFLOP/s (datasheet)" in text
     assert "dispatch: 5 us per op, stated on the command line (--dispatch-us)" in text
     assert "no operator count (n_ops): no dispatch floor" in text

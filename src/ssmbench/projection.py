@@ -123,7 +123,8 @@ def _header(
         else "not measured on this device: projected floors only"
     )
     return [
-        f"{PROJECTION} onto {entry.name} ({entry.kind}), from its datasheet, not a measurement",
+        f"{PROJECTION} onto {entry.name} ({entry.kind}): the floors at the numbers below, "
+        "not a measurement",
         *(f"  {text}" for text in roof.said),
         f"  sources: {sources or 'none (no datasheet number)'}",
         f"  dispatch: {'-' if dispatch.us is None else f'{dispatch.us:g} us per op'}, "
