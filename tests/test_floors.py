@@ -29,7 +29,8 @@ DEVICE = {
         "eager_spread_us": [4.0, 6.0],
         "samples_us": [4.0, 5.0, 6.0],
         "graph_us": 2.0,
-        "graph_samples_us": [2.0],
+        "graph_spread_us": [1.0, 3.0],
+        "graph_samples_us": [1.0, 2.0, 3.0],
         "method": "test",
     },
     "llc_bytes": LLC,
@@ -108,6 +109,7 @@ def test_the_ceilings_spread_is_the_best_sample_over_the_median():
     assert allowance.bandwidth == pytest.approx(40 / 50)
     assert allowance.compute_for("fp32") == pytest.approx(0.2 / 0.25)
     assert allowance.dispatch == pytest.approx(4 / 5)
+    assert allowance.dispatch_graph == pytest.approx(1 / 2)
     assert floors.slack(None) == floors.Slack()
 
 
@@ -132,6 +134,14 @@ def test_a_cell_below_its_floor_is_flagged(seq_len, time_ms, nbytes, n_ops, flag
     assert len(lines) == bool(flag)
     if flag:
         assert flag in lines[0] and f"T = {seq_len}" in lines[0]
+
+
+def test_a_graph_cell_is_judged_by_the_graph_kernels_spread():
+    # 1000 graph kernels x 2 us = 2 ms, 1 ms at the fastest sample: 1.5 ms passes, 0.9 not
+    passes = table(cell(64, 1.5, 1e3, 1e3, 1000, backend="torch-graph", kind="graph_kernels"))
+    fails = table(cell(64, 0.9, 1e3, 1e3, 1000, backend="torch-graph", kind="graph_kernels"))
+    assert passes.loc[64].floor_flag == ""
+    assert fails.loc[64].floor_flag == "below_floor: dispatch"
 
 
 def test_the_flag_of_a_cell_below_compute_and_bandwidth_names_both():

@@ -55,6 +55,7 @@ class Slack:
 
     dispatch: float = 1.0
     bandwidth: float = 1.0
+    dispatch_graph: float = 1.0  # a kernel inside a CUDA-graph replay
     compute: dict = field(default_factory=dict)  # compute_dtype -> factor
 
     def compute_for(self, dtype: str) -> float:
@@ -74,8 +75,8 @@ def dispatch_cost_us(device: dict | None, graph: bool) -> float | None:
 def slack(device: dict | None) -> Slack:
     """The ceilings' spread in ``device`` (a device.json record) as :class:`Slack`: the
     copy's best sample over its median, each matmul dtype's likewise, and the dispatch
-    cost's smallest sample over its median; 1 (no allowance) where the record has no
-    samples."""
+    costs' (eager, graph) smallest sample over their median; 1 (no allowance) where the
+    record has no samples."""
     device = device or {}
     copy = device.get("copy") or {}
     bandwidth = _best_over_median(copy.get("samples_gbps"), copy.get("gbps"))
@@ -84,10 +85,19 @@ def slack(device: dict | None) -> Slack:
         for dtype, m in (device.get("matmul") or {}).items()
     }
     block = device.get("dispatch") or {}
-    spread = block.get("eager_spread_us") or []
-    eager = block.get("eager_us")
-    dispatch = min(spread) / eager if spread and eager else 1.0
-    return Slack(dispatch=min(dispatch, 1.0), bandwidth=bandwidth, compute=compute)
+    return Slack(
+        dispatch=_fastest_over_median(block.get("eager_spread_us"), block.get("eager_us")),
+        bandwidth=bandwidth,
+        dispatch_graph=_fastest_over_median(block.get("graph_spread_us"), block.get("graph_us")),
+        compute=compute,
+    )
+
+
+def _fastest_over_median(spread, median) -> float:
+    """min(spread) / median: how much lower a dispatch floor at its fastest sample is."""
+    if not spread or not median:
+        return 1.0
+    return min(min(spread) / float(median), 1.0)
 
 
 def _best_over_median(samples, median) -> float:
@@ -201,8 +211,9 @@ def flags(
     measured_s = _numeric(cells, "time_ms_median") * 1e-3
     ok = (_text(cells, "status") == "ok") & measured_s.notna()
     dtypes = _text(cells, "compute_dtype")
+    per_op = is_graph(cells).map({True: allowance.dispatch_graph, False: allowance.dispatch})
     lowest = {
-        "dispatch": times.t_dispatch_s * allowance.dispatch,
+        "dispatch": times.t_dispatch_s * per_op.astype(float),
         "bandwidth": times.t_bandwidth_s * allowance.bandwidth,
         "compute": times.t_compute_s * dtypes.map(allowance.compute_for).astype(float),
     }
