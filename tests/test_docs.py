@@ -381,7 +381,7 @@ def documented_columns() -> dict[str, list[str]]:
 
 
 def code_columns() -> dict[str, list[str]]:
-    from ssmbench import analysis, claims, compare, tables
+    from ssmbench import analysis, claims, compare, tables, workload
     from ssmbench.lm import table as lm_table
     from ssmbench.tasks import table as tasks_table
 
@@ -389,7 +389,8 @@ def code_columns() -> dict[str, list[str]]:
         "cells.csv": tables.CELL_COLUMNS
         + tables.SIZE_COLUMNS
         + ["family", "device_kind"]
-        + tables.REPLICATE_COLUMNS,
+        + tables.REPLICATE_COLUMNS
+        + tables.FLOOR_COLUMNS,
         "samples.parquet": tables.SAMPLES_COLUMNS,
         "paired.csv": tables.PAIRED_COLUMNS,
         "pairs.csv": tables.PAIRS_COLUMNS,
@@ -398,6 +399,7 @@ def code_columns() -> dict[str, list[str]]:
         "go_no_go.csv": analysis.GO_NO_GO_COLUMNS,
         "speedups.csv": analysis.SPEEDUP_COLUMNS,
         "claims.csv": claims.COLUMNS,
+        "workload.csv": workload.WORKLOAD_COLUMNS,
         "lm.csv": lm_table.COLUMNS,
         "lm_ops.csv": tables.OPS_COLUMNS,
         "tasks.csv": tasks_table.COLUMNS,

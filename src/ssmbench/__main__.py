@@ -7,6 +7,7 @@
     python -m ssmbench verify-provenance results/precollected   # shipped runs, unchanged?
     python -m ssmbench manifest results/precollected/cpu        # a shipped run's manifest
     python -m ssmbench clocks lock|restore|status
+    python -m ssmbench floors --device NAME [--run DIR] [--dispatch-us X]  # a PROJECTION
     python -m ssmbench lm-cell --model mamba2-130m --backend hf-eager --phase decode \
         --seq-len 256 --new-tokens 8 --preset ci --out r.json    # one whole-model cell
 
@@ -25,6 +26,12 @@ manifest, only from files that their sidecars vouch for
 ``cell`` verifies the backend first (as the workflow does), then measures the cell with the
 size and timing budget of a preset (``--preset``, default ``cpu``) and prints its record as
 JSON; the workflow's bench rule calls the same :func:`ssmbench.cell.run_cell`.
+
+``floors`` prints each cell of a run (default: the shipped cpu run) with its three floors
+on a catalogue device, labelled PROJECTION: the datasheet's bandwidth and peak, and a
+dispatch cost measured there or stated (``--dispatch-us``, with ``--dispatch-source``);
+where the run was measured on that device, the measured floors and median beside them
+(:mod:`ssmbench.projection`).
 
 ``lm-cell`` measures one whole-model cell (:func:`ssmbench.lm.cell.run_lm_cell`: the gate,
 then TTFT or TPOT, the memory split and energy) and prints its record; ``--preset`` is the
@@ -123,6 +130,20 @@ def parser() -> argparse.ArgumentParser:
     clocks.add_argument("action", choices=["lock", "restore", "status"])
     clocks.add_argument("--gpu", type=int, default=0, help="nvidia-smi device index")
 
+    floors = sub.add_parser(
+        "floors", help="each cell's floors on a catalogue device (a PROJECTION)"
+    )
+    floors.add_argument("--device", required=True, help="a config/devices.yaml entry")
+    floors.add_argument(
+        "--run", default="results/precollected/cpu", help="a run's folder (its tables/cells.csv)"
+    )
+    floors.add_argument(
+        "--dispatch-us", type=float, help="assumed cost of one dispatch there, microseconds"
+    )
+    floors.add_argument(
+        "--dispatch-source", default="", help="where the assumed dispatch cost comes from"
+    )
+
     _lm_cell_parser(sub)
     return cli
 
@@ -139,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         return _verify_provenance(args.dirs)
     if args.command == "manifest":
         return _manifest(args.run_dir)
+    if args.command == "floors":
+        return _floors(args)
     if args.command == "pack":
         from ssmbench.pack import pack as pack_run
 
@@ -315,6 +338,21 @@ def _manifest(run_dir: str) -> int:
         return 1
     n = len(read_manifest(manifest))
     print(f"{manifest}: {n} files (sha256 {sha256(manifest)})")
+    return 0
+
+
+def _floors(args) -> int:
+    from ssmbench.projection import report
+
+    if args.dispatch_us is not None and not args.dispatch_us > 0:
+        print(f"error: --dispatch-us {args.dispatch_us}: a cost must be positive", file=sys.stderr)
+        return 2
+    try:
+        text = report(args.device, args.run, args.dispatch_us, args.dispatch_source)
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(text)
     return 0
 
 

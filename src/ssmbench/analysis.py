@@ -9,7 +9,9 @@
 - :func:`graph_speedups`, :func:`speedups_table`: an eager decode step over its CUDA-graph
   replay, with the same unpaired interval.
 - :func:`crossovers`: where a recurrent family's TTFT or TPOT line crosses attention's.
-- The verdict's sentences (:func:`verdict_rst`), every number read off these tables.
+- The verdict's sentences (:func:`verdict_rst`), every number read off these tables; where
+  the cells carry their floors (:mod:`ssmbench.floors`), which floor bounds each side of a
+  go/no-go pair and what removing it would do, as arithmetic (:func:`floor_sentences`).
 
 Reads tables only (pandas, numpy, scipy), never torch.
 """
@@ -23,6 +25,7 @@ import pandas as pd
 
 # BACKEND_TIERS: how tuned a backend is.  A side is compared at the highest tier both sides
 # reached, so a naive loop is never set against a fused kernel.
+from ssmbench.floors import FLOORS, flagged_lines, has_floors
 from ssmbench.registry import (
     BACKEND_TIERS,
     GRAPH_PAIRS,
@@ -741,6 +744,100 @@ def go_no_go_sentences(table: pd.DataFrame) -> list[str]:
     return sentences
 
 
+def _headline_rows(table: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """The go/no-go rows the verdict reports for ``phase``: smallest batch, longest T."""
+    rows = table[table.phase == phase]
+    rows = rows[rows.batch == rows.batch.min()]
+    return rows[rows.seq_len == rows.seq_len.max()]
+
+
+def _side(cells: pd.DataFrame, row, family: str, backend: str):
+    """The cells-table row of one side of a go/no-go row, or None."""
+    found = cells[
+        (cells.phase == row.phase)
+        & (cells.batch == row.batch)
+        & (cells.dtype == row.dtype)
+        & (cells.seq_len == row.seq_len)
+        & (family_of(cells) == family)
+        & (cells.backend == backend)
+        & (cells.status == "ok")
+    ]
+    return None if found.empty else found.iloc[0]
+
+
+def without_floor(side, floor: str) -> float:
+    """A side's median (s) with ``floor``'s time taken out, never below its other floors:
+    ``max(t - t_floor, the largest other floor)``.  Arithmetic that treats the floors as
+    parts of the time, not a measurement of a device without that cost."""
+    measured = side.time_ms_median * 1e-3
+    removed = side.get(f"t_{floor}_s")
+    removed = 0.0 if pd.isna(removed) else removed
+    others = [side.get(f"t_{f}_s") for f in FLOORS if f != floor]
+    rest = max([x for x in others if pd.notna(x)], default=0.0)
+    return max(measured - removed, rest)
+
+
+def _bound_words(side, name: str) -> str:
+    """ "mamba2 dispatch-bound (that floor 0.78 of its 0.275 ms)" """
+    return (
+        f"{name} {side.bound}-bound (that floor {side.explained:.2f} of its "
+        f"{side.time_ms_median:.3g} ms)"
+    )
+
+
+def pair_floor_sentence(row, attention, ssm) -> str:
+    """One go/no-go pair: which floor bounds each side and by how much, and what
+    attention's latency over the SSM's, and its share of the FLOP ratio, would become
+    with the SSM's bounding floor taken out of both sides (:func:`without_floor`)."""
+    floor = ssm.bound
+    scale_a = without_floor(attention, floor) / (attention.time_ms_median * 1e-3)
+    scale_s = without_floor(ssm, floor) / (ssm.time_ms_median * 1e-3)
+    ratio = row.latency_ratio * scale_a / scale_s
+    text = (
+        f"{row.ssm}: {_bound_words(attention, 'attention')}, {_bound_words(ssm, row.ssm)}; "
+        f"without the {floor} floor the ratio would be {ratio:.2f}x"
+    )
+    if pd.notna(row.flop_ratio) and row.flop_ratio > 0:
+        text += (
+            f", {ratio / row.flop_ratio:.2f} of the FLOP ratio as speed "
+            f"(measured: {row.latency_ratio / row.flop_ratio:.2f})"
+        )
+    return text + "."
+
+
+def floor_sentences(table: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
+    """Per phase, for the go/no-go rows :func:`go_no_go_sentences` reports: each pair's
+    floors (:func:`pair_floor_sentence`), labelled as arithmetic on measured floors; then
+    the cells measured below a floor.  Nothing for cells without floor columns (tables
+    aggregated before them: the shipped runs' verdicts stay as they were)."""
+    if not has_floors(cells) or table.empty:
+        return []
+    data = with_columns(cells, ("time_ms_median", "explained"), ("bound",))
+    sentences = []
+    for phase in [p for p in PHASES if p in set(table.phase)]:
+        rows = _headline_rows(table, phase)
+        parts = []
+        for r in rows.itertuples():
+            a = _side(data, r, "attention", r.attention_backend)
+            s = _side(data, r, r.ssm, r.ssm_backend)
+            if a is None or s is None or not a.bound or not s.bound:
+                continue
+            parts.append(pair_floor_sentence(r, a, s))
+        if parts:
+            sentences.append(
+                f"Floors, {phase} at T = {int(rows.seq_len.iloc[0])}, batch "
+                f"{int(rows.batch.iloc[0])} (arithmetic on measured floors, not a "
+                "measurement): " + " ".join(parts)
+            )
+    flagged = flagged_lines(cells)
+    if flagged:
+        sentences.append(
+            "Cells measured below one of their floors by more than the ceiling's spread "
+            "(not plotted as results; the floors figure rings them): " + "; ".join(flagged) + "."
+        )
+    return sentences
+
+
 def claims_sentence(claims: pd.DataFrame) -> str:
     if claims.empty:
         return "No published claim was checked."
@@ -756,6 +853,7 @@ def verdict_rst(cells: pd.DataFrame, claims: pd.DataFrame, go_no_go: pd.DataFram
     ``go_no_go`` is the go/no-go table (ssmbench.analysis.go_no_go_table)."""
     points = [
         *go_no_go_sentences(go_no_go),
+        *floor_sentences(go_no_go, cells),
         *replicate_sentences(go_no_go),
         *headline_sentences(cells),
         *fastest_sentences(cells),

@@ -29,7 +29,9 @@ Conventions (stated once, used everywhere):
   dA h + dB u (8) and the complex readout 2 Re(C h) (8) per mode, and D u (2).
 * Minimum bytes move each input once and each output once and nothing else (a perfectly
   fused kernel with on-chip intermediates): the weights, the input ``x (b, T, D)``, the
-  output ``y (b, T, D)`` and the state or KV cache the prefill returns.
+  output ``y (b, T, D)`` and the state or KV cache the prefill returns.  They split into
+  bytes read (weights, inputs, a cache given) and bytes written (outputs, a cache
+  returned or updated).
 
 Sizes follow the blocks in ``ssmbench.models`` (each module's docstring draws its block):
 every model stacks ``n_layers`` residual blocks with an RMSNorm each and a final RMSNorm;
@@ -47,10 +49,12 @@ from ssmbench.matrix import DTYPE_BYTES, Size
 @dataclass(frozen=True)
 class Counts:
     flop: float
-    bytes: float
+    bytes: float  # bytes_read + bytes_written
     weights_bytes: float
     cache_bytes: float
     tokens: int
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
 
     @property
     def intensity(self) -> float:
@@ -75,12 +79,14 @@ class Layer:
     """One residual block: its parameters (its RMSNorm included), the cache it returns
     (elements, complex counted as two), its forward FLOPs term by term, and the cache
     elements one decode step writes (``None``: the whole cache, as an SSM rewrites its
-    state)."""
+    state); ``kv``: the cache is keys and values that grow with T (attention), not a
+    fixed-size state."""
 
     params: int
     cache: int
     terms: dict
     step_writes: int | None = None
+    kv: bool = False
 
 
 def layer(
@@ -114,6 +120,7 @@ def layer(
                 "attention": attention,
             },
             step_writes=2 * batch * h * d,  # the new token's key and value
+            kv=True,
         )
     if model == "mamba":
         R = dt_rank(size)
@@ -193,6 +200,16 @@ def cache_elements(
     ``decode`` the ones a decode step after ``seq_len`` tokens reads: attention's buffer
     holds the new token's slot too (T + 1 tokens, written in place)."""
     return sum(x.cache for x in _layers(model, size, d_state, batch, seq_len, decode))
+
+
+def cache_split(
+    model: str, size: Size, batch: int, seq_len: int, d_state: int, decode: bool = False
+) -> tuple[int, int]:
+    """:func:`cache_elements` split into (fixed-size state, KV cache): the SSM layers'
+    states and conv windows, which do not grow with T, and the attention layers' keys and
+    values, which do (a hybrid has both)."""
+    layers = _layers(model, size, d_state, batch, seq_len, decode)
+    return sum(x.cache for x in layers if not x.kv), sum(x.cache for x in layers if x.kv)
 
 
 def prefill_terms(model: str, size: Size, batch: int, seq_len: int, d_state: int) -> dict:
@@ -293,26 +310,31 @@ def counts(
     D = size.d_model
     if phase == "prefill":
         flop = prefill_flop(model, size, batch, seq_len, d_state)
-        moved = weights + 2 * batch * seq_len * D * width + cache  # x in, y out, cache out
+        read = weights + batch * seq_len * D * width  # weights, x in
+        written = batch * seq_len * D * width + cache  # y out, cache out
         tokens = batch * seq_len
     elif phase == "decode":
         flop = float(sum(decode_terms(model, size, batch, seq_len, d_state).values()))
-        written = sum(
+        step_writes = sum(
             x.cache if x.step_writes is None else x.step_writes
             for x in _layers(model, size, d_state, batch, seq_len)
         )
-        moved = weights + 2 * batch * D * width + cache + written * width
+        read = weights + batch * D * width + cache  # weights, x_t in, the cache
+        written = batch * D * width + step_writes * width  # y_t out, the cache's update
         tokens = batch
     elif phase == "train":
         flop = 3 * prefill_flop(model, size, batch, seq_len, d_state)
-        moved = 2 * weights + batch * seq_len * D * width
+        read = weights + batch * seq_len * D * width  # weights, x in
+        written = weights  # the weights' gradients
         tokens = batch * seq_len
     else:
         raise ValueError(f"no counts for phase {phase!r}; known: prefill, decode, train")
     return Counts(
         flop=float(flop),
-        bytes=float(moved),
+        bytes=float(read + written),
         weights_bytes=float(weights),
         cache_bytes=float(cache),
         tokens=tokens,
+        bytes_read=float(read),
+        bytes_written=float(written),
     )

@@ -96,6 +96,8 @@ TABLES = (
     "verify.csv",
     "ops.csv",
     "claims.csv",
+    "workload.csv",
+    "workload.parquet",
 )
 FIGURE_EXTS = ("pdf", "png", "ipynb")
 

@@ -422,6 +422,7 @@ _FIGURES = (
     Figure("bandwidth_utilization", "utilization"),
     Figure("compute_utilization", "utilization"),
     Figure("roofline", "utilization"),
+    Figure("floors", "floors"),
     Figure("memory_footprint", "memory", runs=_BLOCKS_LM, lm_phase="prefill"),
     Figure("energy_per_token", "energy", runs=("blocks", "lm")),
     Figure("op_breakdown", "ops", table="ops", runs=_BLOCKS_LM),

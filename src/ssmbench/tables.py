@@ -15,6 +15,7 @@ import pandas as pd
 import pandera.pandas as pa
 
 from ssmbench.catalogue import device_kind
+from ssmbench.floors import FLOOR_COLUMNS, FLOOR_TIMES, FLOORS, with_floors
 from ssmbench.measure.profile import BUCKETS  # torch-free at import
 from ssmbench.records import CellRecord
 from ssmbench.registry import PHASES, STATUSES, VERIFY_STATUSES
@@ -68,6 +69,11 @@ REPLICATE_COLUMNS = [
     "time_interval",
 ]
 REPLICATE_TEXT = ("process_medians_ms", "time_interval")
+# Where the time goes (ssmbench.floors): the three floors, the bound, the share of the
+# median the bound explains and the flag of a cell measured below a floor; absent in
+# tables aggregated before them (the shipped runs'), which ssmbench.floors.ensure_floors
+# fills from their own columns
+FLOOR_TEXT = ("bound", "floor_flag")
 _TYPES = {f.name: f.type for f in fields(CellRecord)}
 # every cells table has these; columns added later may be absent from older tables
 # (results/precollected, imported runs) and read as empty (with_columns)
@@ -136,6 +142,20 @@ CELLS_SCHEMA = pa.DataFrameSchema(
         },
         "time_interval": pa.Column(
             str, pa.Check.isin(["", "hierarchical"]), nullable=True, required=False, coerce=True
+        ),
+        **{
+            c: pa.Column(float, _nonneg, nullable=True, required=False, coerce=True)
+            for c in (*FLOOR_TIMES, "explained")
+        },
+        "bound": pa.Column(
+            str, pa.Check.isin(["", *FLOORS]), nullable=True, required=False, coerce=True
+        ),
+        "floor_flag": pa.Column(
+            str,
+            pa.Check.str_matches(r"^((cache_resident|below_floor): [a-z+]+)?$"),
+            nullable=True,
+            required=False,
+            coerce=True,
         ),
     },
     checks=[
@@ -505,12 +525,15 @@ VERIFY_SCHEMA = pa.DataFrameSchema(
 
 
 def cells_table(
-    records: Iterable[CellRecord], sources: Iterable[str] | None = None
+    records: Iterable[CellRecord],
+    sources: Iterable[str] | None = None,
+    device: dict | None = None,
 ) -> pd.DataFrame:
     """One row per cell (KEYS): a cell's record, or a replicated cell's processes
-    together (:func:`_replicated_row`).  ``sources``, the records' files in the same
-    order: a row the schema refuses is named by its file (a ValueError), not only by its
-    place in the table."""
+    together (:func:`_replicated_row`), with its floors (``ssmbench.floors.with_floors``;
+    the dispatch floor from ``device``, the run's device.json record, where given).
+    ``sources``, the records' files in the same order: a row the schema refuses is named
+    by its file (a ValueError), not only by its place in the table."""
     records = list(records)
     origin = {id(r): str(s) for r, s in zip(records, sources, strict=True)} if sources else {}
     groups: dict[tuple, list[CellRecord]] = {}
@@ -536,6 +559,7 @@ def cells_table(
     df = pd.DataFrame(rows, columns=columns)
     for col in REPLICATE_TEXT:
         df[col] = df[col].astype(object).fillna("").astype(str)
+    df = with_floors(df, device)[columns + FLOOR_COLUMNS]
     if origin:
         _name_refused_rows(df, named)
     df = df.sort_values(KEYS, ignore_index=True)
@@ -666,7 +690,9 @@ def read_cells(path: str | os.PathLike) -> pd.DataFrame:
     if path.suffix == ".parquet":
         df = pd.read_parquet(path)
     else:
-        df = _read_text_csv(path, (*TEXT_COLUMNS, "family", "device_kind", *REPLICATE_TEXT))
+        df = _read_text_csv(
+            path, (*TEXT_COLUMNS, "family", "device_kind", *REPLICATE_TEXT, *FLOOR_TEXT)
+        )
     return _checked(df, CELLS_SCHEMA, path, "cells table")
 
 

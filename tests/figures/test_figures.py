@@ -225,6 +225,7 @@ NEW_FIGURES = [
     "bandwidth_utilization",
     "compute_utilization",
     "roofline",
+    "floors",
     "memory_footprint",
     "energy_per_token",
     "op_breakdown",
@@ -392,6 +393,7 @@ def test_tables_without_the_new_columns_still_draw(name):
         "bandwidth_utilization": "no measured ceiling (ceiling_bw_gbps)",
         "compute_utilization": "no measured ceiling (ceiling_tflops)",
         "roofline": "measured ceilings missing",
+        "floors": "measured ceilings missing",
         "memory_footprint": "measured peak",
         "energy_per_token": "energy not measured here",
         "efficiency_sweep": "(d) decode cost",
@@ -545,3 +547,85 @@ def test_every_figure_draws_from_the_precollected_tables(name):
     for ax in fig.axes:
         assert drawn(ax) or missing_message(ax), (name, ax.get_title())
     plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------
+# The floors figure (ssmbench.figures.floors)
+
+# a device record with a dispatch cost of 2 us per eager op (tests/test_floors.py has the
+# arithmetic of every floor)
+FLOOR_DEVICE = {"dispatch": {"eager_us": 2.0, "eager_spread_us": [2.0, 2.0], "graph_us": None}}
+
+
+def floor_cells() -> pd.DataFrame:
+    """The synthetic cells with 100 ops each and their floors; the mamba torch prefill
+    cell at T = 256 measured at a hundredth of its bandwidth floor (flagged)."""
+    from ssmbench.floors import with_floors
+
+    cells = synthetic_cells().assign(n_ops=100.0, n_ops_kind="aten_ops")
+    fast = ((cells.model == "mamba") & (cells.backend == "torch") & (cells.phase == "prefill")) & (
+        cells.seq_len == 256
+    )
+    cells.loc[fast, "time_ms_median"] = 1e4 * 256 / (CEILING_BW_GBPS * 1e9) * 1e3 / 100
+    cells.loc[fast, "time_ms_p95"] = cells.loc[fast, "time_ms_median"]
+    return with_floors(cells, FLOOR_DEVICE)
+
+
+def test_the_floors_figure_draws_each_floor_and_rings_a_cell_below_one():
+    from ssmbench.figures.floors import DISPATCH_BAR_LABEL, FLAGGED_LABEL
+
+    cells = floor_cells()
+    fig = figures.draw("floors", cells)
+    panel = next(ax for ax in fig.axes if ax.get_title() == "mamba, prefill")
+    dispatch = [
+        line
+        for line in panel.get_lines()
+        if line.get_color() == style.FLOOR_STYLES["dispatch"]["color"]
+    ]
+    assert len(dispatch) == 2  # one per backend: 100 ops x 2 us = 0.2 ms at every T
+    np.testing.assert_allclose(dispatch[0].get_ydata(), 2e-4)
+    bandwidth = [
+        line
+        for line in panel.get_lines()
+        if line.get_color() == style.FLOOR_STYLES["bandwidth"]["color"]
+    ]
+    np.testing.assert_allclose(
+        bandwidth[0].get_ydata(), [1e4 * t / 40e9 for t in LENGTHS]
+    )  # bytes / 40 GB/s
+    ringed = [c for c in panel.collections if c.get_label() == FLAGGED_LABEL]
+    assert len(ringed) == 1 and len(ringed[0].get_offsets()) == 1
+    assert ringed[0].get_offsets()[0][0] == 256
+    roofline = fig.axes[-1]
+    assert any(c.get_label() == DISPATCH_BAR_LABEL for c in roofline.collections)
+    assert "dispatch floor missing" not in texts(fig)
+    plt.close(fig)
+
+
+def test_the_floors_figure_from_the_shipped_run_without_torch(tmp_path):
+    """The artifact path: the shipped cpu run's cells.csv (no floor columns, no operator
+    counts) in a process where torch cannot be imported; the bandwidth and compute floors
+    are drawn and the title says the dispatch floor is missing."""
+    import subprocess
+    import sys
+
+    out_png = tmp_path / "floors.png"
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from ssmbench import figures, tables\n"
+        "from ssmbench.figures.style import FLOOR_STYLES\n"
+        f"cells = tables.read_cells({str(PRECOLLECTED / 'cells.csv')!r})\n"
+        "fig = figures.draw('floors', cells)\n"
+        f"figures.save(fig, {str(out_png)!r})\n"
+        "ax = [a for a in fig.axes if a.get_title() == 'mamba2, decode'][0]\n"
+        "colors = [l.get_color() for l in ax.get_lines()]\n"
+        "print(sum(c == FLOOR_STYLES[f]['color'] for c in colors for f in FLOOR_STYLES))\n"
+        "print(fig._suptitle.get_text().replace(chr(10), ' '))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    floors_drawn, title = out.stdout.strip().splitlines()
+    assert floors_drawn == "2"  # bandwidth and compute; no dispatch
+    assert "dispatch floor missing" in title and "AMD EPYC" in title
+    assert out_png.stat().st_size > 10000

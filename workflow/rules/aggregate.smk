@@ -26,6 +26,8 @@ rule aggregate:
         pairs_csv=paths.table("{run}", "pairs.csv"),
         verify_csv=paths.table("{run}", "verify.csv"),
         ops_csv=paths.table("{run}", "ops.csv"),
+        workload_csv=paths.table("{run}", "workload.csv"),
+        workload_parquet=paths.table("{run}", "workload.parquet"),
         claims_csv=report(
             paths.table("{run}", "claims.csv"),
             caption=f"../../{VERDICT}",

@@ -406,6 +406,15 @@ def figure_cells(wildcards):
     return finished([path(run, c) for c in PLAN.figure_cells(wildcards.figure)])
 
 
+def figure_device(wildcards):
+    """The run's device.json for a figure of its cells: the cells' floors read its
+    dispatch cost and its ceilings' spread (ssmbench.floors); none for another table."""
+    run = live_run(wildcards.run)
+    if figure_spec(wildcards).table != "cells" or PLAN.kind == "lm":
+        return []
+    return [ancient(p) for p in finished([paths.device(run)])]
+
+
 def figure_table(wildcards):
     """The table a live run's figure draws (rule figure_table makes it)."""
     live_run(wildcards.run)

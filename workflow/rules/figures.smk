@@ -29,6 +29,7 @@ rule verify_provenance:
 rule figure_table:
     input:
         cells=figure_cells,
+        device=figure_device,
     output:
         table=paths.FIGURE_TABLE,
         prov=paths.prov(paths.FIGURE_TABLE),

@@ -1,6 +1,7 @@
 """Rule figure_table: the cells (or operator profiles) one figure needs, as a table of its
-own; a figure of one of the run's own tables (claims, go/no-go, speed-ups, a whole-model
-run's lm_ops) gets a copy, and of its lm table the cells' view of it
+own (the cells with their floors, the dispatch floor from the run's device.json); a
+figure of one of the run's own tables (claims, go/no-go, speed-ups, a whole-model run's
+lm_ops) gets a copy, and of its lm table the cells' view of it
 (ssmbench.lm.table.cells_view), which the block figures' notebooks draw."""
 
 import shutil
@@ -9,7 +10,7 @@ import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.lm.table import cells_view, read_lm_table
 from ssmbench.provenance import check, from_snakemake, now
-from ssmbench.records import read_record
+from ssmbench.records import read_device, read_record
 from ssmbench.registry import RUN_TABLES
 from ssmbench.scripting import logged
 from ssmbench.tables import cells_table, ops_table, write_tables
@@ -27,6 +28,7 @@ with logged(snakemake):
     elif table == "ops":
         write_tables({"ops": ops_table(snakemake.input.cells)}, {"ops.csv": out})
     else:
-        cells = cells_table(read_record(p) for p in snakemake.input.cells)
+        device = read_device(snakemake.input.device[0]) if snakemake.input.device else None
+        cells = cells_table((read_record(p) for p in snakemake.input.cells), device=device)
         write_tables({"cells": cells}, {"cells.csv": out})
     from_snakemake(snakemake, outputs=[out], started=started)

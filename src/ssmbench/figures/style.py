@@ -36,6 +36,13 @@ STATUS_MARKERS = {
     "not_run": "$N$",  # a budgeted run never reached the cell
 }
 PHASE_MARKERS = {"prefill": "o", "decode": "s", "train": "^"}
+# The three floors under a cell's time (ssmbench.floors), greys from dark to light.
+FLOOR_STYLES = {
+    "dispatch": dict(color="0.2", linestyle="-.", linewidth=1.1),
+    "bandwidth": dict(color="0.45", linestyle="--", linewidth=1.1),
+    "compute": dict(color="0.65", linestyle=(0, (1, 1.5)), linewidth=1.3),
+}
+FLAGGED_COLOR = "#e41a1c"  # the ring round a cell measured below one of its floors
 # Operator buckets of the ops table, in the one order every figure stacks and lists them.
 BUCKET_COLORS = {
     "gemm": "#4e79a7",

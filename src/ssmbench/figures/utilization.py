@@ -226,7 +226,7 @@ def roofline(
             )
         ax.set_xscale("log")
         ax.set_yscale("log")
-        _draw_roofs(ax, panel, ok)
+        draw_roofs(ax, panel, ok)
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
         ax.set_ylabel("achieved TFLOP/s")
         ax.grid(True, which="both", alpha=0.3)
@@ -247,7 +247,7 @@ def _key(label: str, **style) -> Line2D:
     return Line2D([], [], linestyle="", label=label, **style)
 
 
-def _draw_roofs(ax: plt.Axes, panel: pd.DataFrame, ok: pd.DataFrame) -> None:
+def draw_roofs(ax: plt.Axes, panel: pd.DataFrame, ok: pd.DataFrame) -> None:
     """The measured roofs of each run in ``panel`` on log-log ``ax``, with the ridge point;
     a note in the corner when the table has none."""
     roofs = panel[["run", "ceiling_tflops", "ceiling_bw_gbps"]].drop_duplicates()
