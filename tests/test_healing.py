@@ -219,6 +219,24 @@ def test_a_resubmitted_group_sets_aside_its_vouched_records_and_puts_them_back(f
         assert not heal.restore_kept(path, retry=True)
 
 
+@pytest.mark.parametrize(
+    "argv, jobs",
+    [
+        (["snakemake", "--cores", "2"], []),  # the main process
+        (["snakemake", "--target-jobs", "bench:run=ci", "--attempt", "1"], []),  # first try
+        (
+            ["python", "-m", "snakemake", "--target-jobs", "bench:run=ci,model=s4d",
+             "bench_replicate:run=ci,replicate=1", "--allowed-rules", "bench", "--attempt", "2"],
+            [("bench", {"run": "ci", "model": "s4d"}),
+             ("bench_replicate", {"run": "ci", "replicate": "1"})],
+        ),
+    ],
+    ids=["main", "first-attempt", "retry"],
+)  # fmt: skip
+def test_a_resubmitted_job_is_read_from_its_command_line(argv, jobs):
+    assert heal.retried_jobs(argv) == jobs
+
+
 def test_a_record_set_aside_by_an_earlier_run_or_edited_aside_is_not_put_back(
     finished, monkeypatch
 ):
