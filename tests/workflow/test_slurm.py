@@ -441,7 +441,7 @@ def test_grouped_cells_are_scheduled_ten_times_faster(cluster):
     the node to itself): 40 trivial jobs in one group reach at least ten times the
     jobs per minute of one allocation each."""
     bench = _bench_scheduling()
-    setup = bench.Setup(jobs=40, group_size=40, partition=PARTITION)
+    setup = bench.Setup(jobs=80, group_size=20, partition=PARTITION)
     walls = bench.measure(setup, rounds=1, ways=("slurm", "grouped"), report=lambda line: None)
     rates = {way: bench.per_minute(setup, w)[0] for way, w in walls.items()}
     assert rates["grouped"] >= 10 * rates["slurm"], rates
