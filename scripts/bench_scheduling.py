@@ -1,21 +1,25 @@
-"""Scheduling overhead: jobs per minute through SLURM (profiles/slurm's executor) against
-Snakemake's local executor, measured in one run on this machine, and what that means for
-a matrix of 1,000 cells.
+"""Scheduling overhead: jobs per minute through SLURM with short jobs grouped (profiles/slurm's
+`group-components`) and one job per allocation, against Snakemake's local executor, measured
+in one run on this machine, and what each rate means for a matrix of 1,000 cells.
 
     sudo scripts/slurm_local.sh up          # or a real cluster: set SSMBENCH_SLURM_PARTITION
-    python scripts/bench_scheduling.py [--jobs 40] [--rounds 3]
+    python scripts/bench_scheduling.py [--jobs 60] [--group-size 30] [--rounds 3]
 
 Each round runs a trivial workflow of N jobs (each writes one small file: the job does no
-work, so its wall time is what running *a* job costs) once locally (`--cores all`) and
-once through SLURM, alternating, so both see the machine's same moments.  What a SLURM job
-costs beyond a local one: sbatch, the scheduler's cycle, the job step (srun re-invoking
-Snakemake inside the allocation, which parses the Snakefile again) and the status polls.
-A real cell adds its own work (for the ci preset about 5 s of imports and setup,
-scripts/bench_overhead.py) on either executor.
+work, so its wall time is what running *a* job costs) three ways, in an order that turns
+from round to round so no way always runs first: locally (`--cores all`), through SLURM one
+job per allocation, and through SLURM in groups of `--group-size` jobs (`--group-components
+cells=<size>`, with the block cells' `group:`, ssmbench.scripting.group_of).  What an
+allocation costs beyond a local job: sbatch, the scheduler's cycle, the job step
+(srun re-invoking Snakemake inside the allocation, which parses the Snakefile again) and
+the status polls; a group pays them once for its jobs, which then run one after another
+in the allocation.  A real cell adds its own work (for the ci preset about 5 s of imports
+and setup, scripts/bench_overhead.py) on every executor.
 
-Prints per round and the median with the range over rounds: wall seconds, jobs per
-minute, the SLURM / local ratio, and the hours of pure scheduling a 1,000-cell matrix
-spends at that rate.
+Prints per round and the median with the range over rounds: wall seconds and jobs per
+minute of each way, the grouped / ungrouped and SLURM / local rate ratios (median of the
+per-round ratios with their range, and a bootstrap interval of the ratio of median rates
+over the rounds), and the hours of pure scheduling a 1,000-cell matrix spends at each rate.
 """
 
 from __future__ import annotations
@@ -28,13 +32,26 @@ import sys
 import tempfile
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import _src  # noqa: F401  (this checkout's src/ first on the path)
+
+from ssmbench.scripting import positive_int
+from ssmbench.stats import ratio_interval
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 PLUGINS = Path(sys.executable).parent.parent / "slurm-plugins"  # `make slurm`
+WAYS = ("local", "slurm", "grouped")
+# the group profiles/slurm puts the block cells in (workflow/rules/common.smk, CELL_GROUP)
+GROUP = "cells"
 
+# The jobs are grouped as the block cells are: ssmbench.scripting.group_of, the same
+# `group:` as workflow/rules/common.smk's
 SNAKEFILE = textwrap.dedent(
     """
+    from ssmbench.scripting import group_of
+
     N = int(config["n_jobs"])
 
     rule all:
@@ -44,97 +61,159 @@ SNAKEFILE = textwrap.dedent(
     rule job:
         output:
             "out/{i}.txt",
+        group:
+            lambda wildcards: group_of(workflow, "cells")
         resources:
             mem_mb=100,
-            runtime=5,
+            runtime=1,
         shell:
             "echo {wildcards.i} > {output}"
     """
 )
 
 
-def run_once(workdir: Path, n: int, slurm: bool, partition: str) -> float:
-    """Wall seconds of one run of the N-job workflow in a fresh folder."""
-    (workdir / "out").mkdir(parents=True, exist_ok=True)
-    for f in (workdir / "out").iterdir():
+@dataclass(frozen=True)
+class Setup:
+    """One measurement's settings: jobs per run, jobs per allocation when grouped, the
+    SLURM partition."""
+
+    jobs: int
+    group_size: int
+    partition: str
+
+    def command(self, way: str) -> tuple[list[str], dict[str, str]]:
+        """The Snakemake command line and environment of one run done ``way``."""
+        cmd = [SNAKEMAKE, "--snakefile", "Snakefile"]
+        env = dict(os.environ)
+        if way == "local":
+            cmd += ["--cores", "all"]
+        else:
+            cmd += [
+                "--executor",
+                "slurm",
+                "--jobs",
+                str(self.jobs),
+                "--default-resources",
+                f"slurm_partition={self.partition}",
+                # no slurmdbd here (scripts/slurm_local.sh): states from squeue, polled soon
+                "--slurm-status-command",
+                "squeue",
+                "--slurm-init-seconds-before-status-checks",
+                "2",
+            ]
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
+        if way == "grouped":
+            cmd += ["--group-components", f"{GROUP}={self.group_size}"]
+            # one core per group, so its jobs run one after another in it, as the block
+            # cells do (each takes the node's cores); a cluster run counts cores per group
+            cmd += ["--cores", "1"]
+        cmd += ["--config", f"n_jobs={self.jobs}"]  # last: --config takes every word after it
+        return cmd, env
+
+
+def run_once(workdir: Path, setup: Setup, way: str) -> float:
+    """Wall seconds of one run of the N-job workflow done ``way``, from no outputs."""
+    out = workdir / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in out.iterdir():
         f.unlink()
-    cmd = [SNAKEMAKE, "--snakefile", str(workdir / "Snakefile")]
-    env = dict(os.environ)
-    if slurm:
-        cmd += [
-            "--executor",
-            "slurm",
-            "--jobs",
-            str(n),
-            "--default-resources",
-            f"slurm_partition={partition}",
-            # no slurmdbd here (scripts/slurm_local.sh): states from squeue, polled soon
-            "--slurm-status-command",
-            "squeue",
-            "--slurm-init-seconds-before-status-checks",
-            "2",
-        ]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
-    else:
-        cmd += ["--cores", "all"]
-    cmd += ["--config", f"n_jobs={n}"]  # last: --config takes every word after it
+    cmd, env = setup.command(way)
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
+    wall_s = time.perf_counter() - start
     if done.returncode != 0:
-        which = "SLURM" if slurm else "local"
-        sys.exit(f"bench_scheduling: the {which} run failed:\n{done.stderr[-3000:]}")
-    made = len(list((workdir / "out").iterdir()))
-    if made != n:
-        sys.exit(f"bench_scheduling: {made} of {n} outputs written")
-    return wall
+        raise RuntimeError(f"the {way} run failed:\n{done.stderr[-3000:]}")
+    made = len(list(out.iterdir()))
+    if made != setup.jobs:
+        raise RuntimeError(f"the {way} run wrote {made} of {setup.jobs} outputs")
+    return wall_s
+
+
+def measure(setup: Setup, rounds: int, ways=WAYS, report=print) -> dict[str, list[float]]:
+    """Wall seconds of each way in each round (``report`` gets a line per round); the ways'
+    order turns by one each round."""
+    walls: dict[str, list[float]] = {way: [] for way in ways}
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        (workdir / "Snakefile").write_text(SNAKEFILE)
+        for r in range(rounds):
+            order = ways[r % len(ways) :] + ways[: r % len(ways)]
+            for way in order:
+                walls[way].append(run_once(workdir, setup, way))
+            shown = ", ".join(f"{way} {walls[way][-1]:.2f} s" for way in ways)
+            report(f"round {r + 1}: {shown} ({setup.jobs} jobs each)")
+    return walls
+
+
+def per_minute(setup: Setup, walls: list[float]) -> list[float]:
+    """Jobs per minute of each run."""
+    return [60 * setup.jobs / wall_s for wall_s in walls]
 
 
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):8.2f}  [{min(values):.2f}, {max(values):.2f}]"
 
 
-def main() -> None:
+def rate_ratio(a: list[float], b: list[float]) -> tuple[float, float, float, float, float]:
+    """(median, min, max) of the per-round ratios a/b, and the ratio of the median rates
+    with its bootstrap interval over the rounds (paired: a round's runs share its moment
+    of the machine): ``(median, min, max, lo, hi)``."""
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    _, lo, hi = ratio_interval(a, b, paired=True)
+    return statistics.median(ratios), min(ratios), max(ratios), lo, hi
+
+
+def summary(setup: Setup, walls: dict[str, list[float]]) -> list[str]:
+    """The table main prints."""
+    rates = {way: per_minute(setup, w) for way, w in walls.items()}
+    rounds = len(next(iter(walls.values())))
+    lines = [f"{'':28}median   [min, max] over {rounds} rounds"]
+    for way, w in walls.items():
+        lines.append(f"{way + ' wall (s)':28}{spread(w)}")
+    for way, r in rates.items():
+        lines.append(f"{way + ' jobs/min':28}{spread(r)}")
+    for a, b in (("grouped", "slurm"), ("slurm", "local")):
+        if a in rates and b in rates:
+            med, low, high, lo, hi = rate_ratio(rates[a], rates[b])
+            lines.append(
+                f"{a + ' / ' + b + ' jobs/min':28}{med:8.2f}  [{low:.2f}, {high:.2f}]"
+                f"   ratio of medians, 95% bootstrap: [{lo:.2f}, {hi:.2f}]"
+            )
+    for way, r in rates.items():
+        hours = [1000 / rate / 60 for rate in r]
+        lines.append(f"{'1,000 jobs, ' + way + ' (h)':28}{spread(hours)}   scheduling alone")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=40, help="jobs per run (default 40)")
-    parser.add_argument("--rounds", type=int, default=3, help="local + SLURM pairs (default 3)")
+    parser.add_argument("--jobs", type=positive_int, default=60, help="jobs per run (default 60)")
+    parser.add_argument(
+        "--group-size",
+        type=positive_int,
+        default=30,
+        help="jobs per allocation when grouped (default 30)",
+    )
+    parser.add_argument(
+        "--rounds", type=positive_int, default=3, help="runs of each way (default 3)"
+    )
     parser.add_argument(
         "--partition", default=os.environ.get("SSMBENCH_SLURM_PARTITION") or "ssmbench"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if subprocess.run(["sinfo", "-h"], capture_output=True).returncode != 0:
-        sys.exit(
-            "bench_scheduling: no SLURM cluster answers sinfo (sudo scripts/slurm_local.sh up)"
+        parser.exit(
+            2, "bench_scheduling: no SLURM cluster answers sinfo (sudo scripts/slurm_local.sh up)\n"
         )
-
-    local, slurm = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        (workdir / "Snakefile").write_text(SNAKEFILE)
-        for r in range(args.rounds):
-            local.append(run_once(workdir, args.jobs, False, args.partition))
-            slurm.append(run_once(workdir, args.jobs, True, args.partition))
-            print(
-                f"round {r + 1}: local {local[-1]:.2f} s, SLURM {slurm[-1]:.2f} s "
-                f"({args.jobs} jobs each)",
-                flush=True,
-            )
-
-    per_min = {
-        name: [60 * args.jobs / w for w in walls]
-        for name, walls in (("local", local), ("slurm", slurm))
-    }
-    ratios = [s / lo for s, lo in zip(slurm, local, strict=True)]
-    print(f"\n{'':24}median   [min, max] over {args.rounds} rounds")
-    print(f"{'local wall (s)':24}{spread(local)}")
-    print(f"{'SLURM wall (s)':24}{spread(slurm)}")
-    print(f"{'local jobs/min':24}{spread(per_min['local'])}")
-    print(f"{'SLURM jobs/min':24}{spread(per_min['slurm'])}")
-    print(f"{'SLURM / local wall':24}{spread(ratios)}")
-    for name in ("local", "slurm"):
-        hours = [1000 / rate / 60 for rate in per_min[name]]
-        print(f"{'1,000 jobs, ' + name + ' (h)':24}{spread(hours)}   scheduling alone")
+    setup = Setup(args.jobs, args.group_size, args.partition)
+    try:
+        walls = measure(setup, args.rounds, report=lambda line: print(line, flush=True))
+    except RuntimeError as error:
+        parser.exit(1, f"bench_scheduling: {error}\n")
+    print()
+    print("\n".join(summary(setup, walls)))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

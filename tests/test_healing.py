@@ -197,6 +197,66 @@ def test_heal_moves_bad_records_aside_and_keeps_every_good_one(finished):
     assert all(vouched(paths.cell_record("ci", c)) for c in good)
 
 
+def test_a_resubmitted_group_sets_aside_its_vouched_records_and_puts_them_back(finished):
+    """What a SLURM group's retry keeps: each record that is sound and vouched for, set
+    aside before Snakemake deletes the group's outputs, and put back by its job with the
+    same bytes; an edited, unfinished or missing one is left to be measured again."""
+    good, edited, unfinished, missing = (paths.cell_record("ci", c) for c in finished[:4])
+    flip_a_digit(edited)
+    os.remove(paths.prov(unfinished))
+    os.remove(missing)
+    before = Path(good).read_bytes()
+
+    kept = heal.keep_for_retry([good, edited, unfinished, missing])
+
+    assert kept == [good]
+    assert not os.path.exists(good) and not os.path.exists(paths.prov(good))
+    assert os.path.exists(edited) and os.path.exists(unfinished)  # Snakemake deletes these
+    assert heal.restore_kept(good, retry=True)
+    assert Path(good).read_bytes() == before and vouched(good)
+    assert not any(f.endswith(heal.KEPT_SUFFIX) for f in map(str, Path().rglob("*")))
+    for path in (edited, unfinished, missing):
+        assert not heal.restore_kept(path, retry=True)
+
+
+@pytest.mark.parametrize(
+    "argv, jobs",
+    [
+        (["snakemake", "--cores", "2"], []),  # the main process
+        (["snakemake", "--target-jobs", "bench:run=ci", "--attempt", "1"], []),  # first try
+        (
+            ["python", "-m", "snakemake", "--target-jobs", "bench:run=ci,model=s4d",
+             "bench_replicate:run=ci,replicate=1", "--allowed-rules", "bench", "--attempt", "2"],
+            [("bench", {"run": "ci", "model": "s4d"}),
+             ("bench_replicate", {"run": "ci", "replicate": "1"})],
+        ),
+    ],
+    ids=["main", "first-attempt", "retry"],
+)  # fmt: skip
+def test_a_resubmitted_job_is_read_from_its_command_line(argv, jobs):
+    assert heal.retried_jobs(argv) == jobs
+
+
+def test_a_record_set_aside_by_an_earlier_run_or_edited_aside_is_not_put_back(
+    finished, monkeypatch
+):
+    """A first attempt measures afresh (the set-aside record may be an older config's),
+    and a record changed while aside no longer vouched for: both are dropped."""
+    earlier, edited = (paths.cell_record("ci", c) for c in finished[:2])
+    assert heal.keep_for_retry([earlier, edited]) == [earlier, edited]
+    flip_a_digit(edited + heal.KEPT_SUFFIX)
+
+    monkeypatch.delenv(heal.RETRY_ENV, raising=False)
+    assert not heal.restore_kept(earlier)  # no retry: the environment says none
+    monkeypatch.setenv(heal.RETRY_ENV, "2")
+    assert not heal.restore_kept(edited)
+
+    leftovers = [f for f in map(str, Path().rglob("*")) if f.endswith(heal.KEPT_SUFFIX)]
+    assert leftovers == []
+    for path in (earlier, edited):
+        assert not os.path.exists(path) and not os.path.exists(paths.prov(path))
+
+
 def test_a_missing_record_makes_the_tables_stale_so_a_plain_rerun_remakes_it(finished):
     # Snakemake finds nothing to do while the tables exist: their sidecar must go
     table = paths.table("ci", "cells.csv")

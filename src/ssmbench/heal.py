@@ -21,6 +21,11 @@ Three things make "only that job" hold:
 - ``aggregate`` takes every record's sidecar as an input (``run_sidecars`` in
   common.smk), so a record without one (a stand-in, a killed job's) is made again.
 
+On SLURM, a group of cells whose allocation died is resubmitted whole, and Snakemake
+deletes a job's outputs before running it: :func:`keep_for_retry` sets the group's
+vouched records aside first, and each cell's job puts its own back (:func:`restore_kept`),
+so no finished cell is measured twice.
+
 An output without a sidecar is an unfinished job's, left to Snakemake.  Nothing is written
 on a dry run or any other command that runs no job (:func:`runs_jobs`), while another
 Snakemake holds the directory's lock, or in a job's own invocation of the Snakefile: then
@@ -55,6 +60,8 @@ from ssmbench.records import (
 )
 
 CORRUPT_SUFFIX = ".corrupt"
+KEPT_SUFFIX = ".kept"  # a record set aside across a group's resubmission
+RETRY_ENV = "SSMBENCH_RETRY_ATTEMPT"  # set in a resubmitted job's own invocation
 LISTED = 20  # missing outputs named one by one
 
 # Snakemake commands and flags that run no job: the plan is read, nothing may be moved
@@ -257,6 +264,75 @@ def stand_in(path: str) -> None:
         json.dump(STAND_IN, f)
     with contextlib.suppress(FileNotFoundError):  # a deleted record's sidecar, left behind
         os.remove(paths.prov(path))
+
+
+# A group of cells that SLURM resubmits (profiles/slurm: `retries`, `group-components`)
+
+
+def retried_jobs(argv: Iterable[str]) -> list[tuple[str, dict[str, str]]]:
+    """The jobs a resubmitted job's own invocation of Snakemake runs, as (rule, wildcards),
+    read from its command line (``--attempt N`` with N > 1, ``--target-jobs
+    rule:key=value,...``); none for a first attempt or the main process.  Read from the
+    command line because Snakemake gives the Snakefile its attempt only once the workflow
+    is parsed, and the records must be set aside before any job starts."""
+    args = list(argv)
+    attempt = args[args.index("--attempt") + 1] if "--attempt" in args[:-1] else "1"
+    if not attempt.isdigit() or int(attempt) < 2 or "--target-jobs" not in args:
+        return []
+    jobs = []
+    for entry in args[args.index("--target-jobs") + 1 :]:
+        if entry.startswith("-"):
+            break
+        rule, _, wildcards = entry.partition(":")
+        pairs = (item.partition("=") for item in wildcards.split(",") if item)
+        jobs.append((rule, {key: value for key, _, value in pairs}))
+    return jobs
+
+
+def keep_for_retry(records: Iterable[str]) -> list[str]:
+    """Set aside, as ``<name>.kept`` (record and sidecar), each of ``records`` that is sound
+    and vouched for; return those set aside.
+
+    Why: a resubmitted group runs every one of its cells again, and Snakemake deletes a
+    job's outputs before the job starts, so the records its first allocation finished
+    would be measured twice.  The retry's own invocation of the Snakefile calls this
+    before any job starts (the profile's `keep-incomplete` spared the records when the
+    group failed), and each cell's job puts its record back (:func:`restore_kept`)."""
+    kept = []
+    for path in records:
+        sidecar = paths.prov(path)
+        if not os.path.isfile(path) or not os.path.isfile(sidecar) or problem(path, _cell):
+            continue
+        os.replace(path, path + KEPT_SUFFIX)
+        os.replace(sidecar, sidecar + KEPT_SUFFIX)
+        kept.append(path)
+    return kept
+
+
+def restore_kept(path: str, retry: bool | None = None) -> bool:
+    """Put back the record of ``path`` that :func:`keep_for_retry` set aside, when this job
+    is a ``retry`` (default: :data:`RETRY_ENV` is set) and the record is still sound and
+    vouched for; whether it did.  A record set aside by an earlier run is dropped (a first
+    attempt measures afresh: its config may differ), as is one that no longer passes the
+    checks."""
+    if retry is None:
+        retry = bool(os.environ.get(RETRY_ENV))
+    sidecar = paths.prov(path)
+    aside = [path + KEPT_SUFFIX, sidecar + KEPT_SUFFIX]
+    if not all(os.path.isfile(f) for f in aside):
+        for f in aside:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(f)
+        return False
+    if retry:
+        os.replace(aside[0], path)
+        os.replace(aside[1], sidecar)
+        if problem(path, _cell) is None:
+            return True
+        aside = [path, sidecar]
+    for f in aside:
+        os.remove(f)
+    return False
 
 
 def another_run() -> bool:

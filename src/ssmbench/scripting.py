@@ -116,3 +116,18 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
+
+
+def group_of(workflow, group: str) -> str | None:
+    """A rule's ``group:`` for a workflow run on a cluster: ``group`` when the run sizes
+    it (``--group-components <group>=<n>``), else none (a local run ignores groups, but
+    its dry run would show one per job).
+
+    Inside an allocation running a group (``--local-groupid`` given), Snakemake's SLURM
+    plugin passes no group arguments on, so its invocation there would start each job as
+    a job step of its own (an ``srun`` and a Snakemake each, about 2 s); told the group
+    takes every job it is given, it starts them all in one."""
+    settings = workflow.group_settings
+    if settings.local_groupid != "local" and group not in settings.group_components:
+        settings.group_components = {**settings.group_components, group: sys.maxsize}
+    return group if group in settings.group_components else None

@@ -1,18 +1,27 @@
 """The workflow on a real SLURM cluster (profiles/slurm): a single-node cluster started by
-scripts/slurm_local.sh runs a tiny matrix (one model, 8 jobs), and the run must give the
-tables of a local run, record every job's SLURM id, ask SLURM for a GPU for the jobs that
-hold one, resubmit a job cancelled mid-run, and have nothing left to do the second time.
+scripts/slurm_local.sh runs a tiny matrix (one model's cells grouped into one allocation,
+and a cell that cannot fit in memory), and the run must give the tables of a local run,
+record every job's SLURM id, ask SLURM for a GPU for the jobs that hold one, end a cell
+that fails as its own record while its group goes on, resubmit a group cancelled mid-run
+without measuring again what it finished, and have nothing left to do the second time.
+A tiny cuda preset goes through the same cluster: its GPU jobs ask for the fake gres GPU
+and end `unavailable` on the GPU-less node, and the run still makes its tables.  And
+scripts/bench_scheduling.py shows grouped cells scheduled at ten times the rate of one
+allocation each.
 
 Needs root and the SLURM packages (installed by the script with apt-get when missing);
 skipped otherwise, saying why, unless SSMBENCH_REQUIRE_SLURM is set (.ci/run), where a
 cluster that cannot start fails the tests.  The daemons are stopped at the end whatever
-happened.  About 3 minutes on 2 cores.
+happened.  About 6 minutes on 2 cores.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +36,7 @@ from ssmbench.paths import REPO
 from tests.conftest import SNAKEMAKE, clone, snakemake
 
 SLURM_LOCAL = REPO / "scripts" / "slurm_local.sh"
+BENCH_SCHEDULING = REPO / "scripts" / "bench_scheduling.py"
 # the executor plugin's folder (`make slurm`), on PYTHONPATH for the SLURM runs only
 PLUGINS = Path(sys.executable).parent.parent / "slurm-plugins"
 PARTITION = os.environ.get("SSMBENCH_SLURM_PARTITION") or "ssmbench"
@@ -36,7 +46,9 @@ ON_SLURM = {
     "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
 }
 # The ci preset cut to one model: a prefill and a decode cell, one profiled cell and one
-# paired cell, so calibrate, verify (s4d and attention), bench, profile, paired, aggregate.
+# paired cell, so calibrate, verify (s4d and attention), bench, profile, paired, aggregate;
+# and a cell that fails: naive attention at T = 131072 materialises a 137 GB score matrix,
+# past ci's 16 GiB address space, so it ends `oom` at once.  The three cells are one group.
 TINY = {
     "presets": {
         "ci": {
@@ -51,6 +63,36 @@ TINY = {
 }
 for sweep in TINY["presets"]["ci"]["sweeps"] + TINY["presets"]["ci"]["paired"]["sweeps"]:
     sweep.update(backends=["torch"], batch=[1], seq_len=[32], d_state=[4], dtype=["fp32"])
+OOM_CELL = ("attention", "naive", "prefill", 1, 131072, 0, "fp32")
+TINY["presets"]["ci"]["sweeps"].append(
+    dict(models=["attention"], backends=["naive"], phases=["prefill"], batch=[1],
+         seq_len=[131072], d_state=[4], dtype=["fp32"])
+)  # fmt: skip
+# The smallest cuda preset: two s4d cells at the ci preset's sizes (calibrate, verify,
+# two cells in one group, one profiled, aggregate), every measuring job a GPU job.
+CUDA_RUN = "cuda-tiny"
+CUDA_TINY = {
+    "presets": {
+        CUDA_RUN: {
+            "description": "two cells of a cuda preset, for the SLURM test",
+            "device": "cuda",
+            "calibrate_quick": True,
+            "size": {"d_model": 32, "n_layers": 1, "n_heads": 2, "head_dim": 16, "expand": 2,
+                     "d_conv": 4, "chunk": 16},
+            "timing": {"warmup": 1, "min_samples": 3, "max_samples": 5, "min_time_s": 0.0,
+                       "max_time_s": 1.0, "timeout_s": 30},
+            "headline": [],
+            "sweeps": [
+                {"models": ["s4d"], "backends": ["torch"], "phases": ["prefill", "decode"],
+                 "batch": [1], "seq_len": [32], "d_state": [4], "dtype": ["fp32"]},
+                # a profiled cell: the op_breakdown figure's config asks for one
+                {"models": ["s4d"], "backends": ["torch"], "phases": ["prefill"],
+                 "batch": [1], "seq_len": [32], "d_state": [4], "dtype": ["fp32"],
+                 "profile": True},
+            ],
+        }
+    }
+}  # fmt: skip
 TARGET = "results/ci/tables/cells.csv"
 # a figure too: its figure_table and figure jobs (papermill) run on the cluster as well
 FIGURE = "latency_scaling"
@@ -58,16 +100,15 @@ TARGETS = [TARGET, f"figures/ci/{FIGURE}.png"]
 # What this cluster differs in from one with slurmdbd: job states come from squeue (kept
 # for MinJobAge), and the first status check comes sooner than the plugin's 40 s.  Every
 # bench job is marked as a GPU job, which SLURM can place on the fake gres GPU.
-CLUSTER_ARGS = [
+PROFILE_ARGS = [
     "--workflow-profile",
     "profiles/slurm",
     "--slurm-status-command",
     "squeue",
     "--slurm-init-seconds-before-status-checks",
     "2",
-    "--set-resources",
-    "bench:gpu=1",
 ]
+CLUSTER_ARGS = [*PROFILE_ARGS, "--set-resources", "bench:gpu=1"]
 KEYS = ["model", "backend", "phase", "batch", "seq_len", "d_state", "dtype"]
 
 
@@ -124,18 +165,31 @@ def scontrol_job(job_id: str) -> str:
     ).stdout
 
 
-def cancel_a_running_bench_job(process: subprocess.Popen, timeout_s: float = 240) -> str:
-    """scancel the first bench job seen running; its SLURM job id."""
+def cell_sidecars(wf: Path, run: str = "ci") -> dict[Path, dict]:
+    """The sidecars of the run's cell records written so far, by record."""
+    found = {}
+    for path in (wf / "results" / run / "cells").rglob("*.json.prov.json"):
+        with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):  # being written
+            found[path.with_name(path.name.removesuffix(".prov.json"))] = json.loads(
+                path.read_text()
+            )
+    return found
+
+
+def cancel_the_group_after_an_ok_cell(
+    process: subprocess.Popen, wf: Path, timeout_s: float = 300
+) -> str:
+    """scancel the allocation of the cells' group as soon as it has written an ok record
+    (its other cells still to run); its SLURM job id."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and process.poll() is None:
-        # %k: the job's comment, which the plugin sets to rule_<rule>_wildcards_<...>
-        for job_id, *comment in squeue("-t", "RUNNING", "-o", "%i %k"):
-            if comment and comment[0].startswith("rule_bench_"):
-                time.sleep(2)  # inside the cell's job, past its start
+        for record, sidecar in cell_sidecars(wf).items():
+            if json.loads(record.read_text())["status"] == "ok":
+                job_id = sidecar["slurm_job_id"]
                 subprocess.run(["scancel", job_id], check=True)
                 return job_id
-        time.sleep(0.5)
-    raise AssertionError("no bench job was seen running to cancel")
+        time.sleep(0.2)
+    raise AssertionError("no cell record was seen before the run ended")
 
 
 def sidecars(wf: Path) -> list[dict]:
@@ -147,7 +201,7 @@ def sidecars(wf: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def runs(cluster, pristine_workflow, tmp_path_factory) -> dict:
-    """The tiny matrix through SLURM (one bench job cancelled mid-run), then again, and
+    """The tiny matrix through SLURM (the cells' group cancelled mid-run), then again, and
     the same matrix run locally."""
     root = tmp_path_factory.mktemp("slurm")
     tiny = root / "tiny.yaml"
@@ -168,9 +222,12 @@ def runs(cluster, pristine_workflow, tmp_path_factory) -> dict:
         )
         try:
             try:
-                cancelled = cancel_a_running_bench_job(process)
+                cancelled = cancel_the_group_after_an_ok_cell(process, wf)
             except AssertionError as e:
                 raise AssertionError(f"{e}; the run said:\n{log.read_text()[-3000:]}") from None
+            finished_before_cancel = {
+                record: sidecar["slurm_job_id"] for record, sidecar in cell_sidecars(wf).items()
+            }
             process.wait(timeout=600)
         finally:
             if process.poll() is None:
@@ -188,6 +245,7 @@ def runs(cluster, pristine_workflow, tmp_path_factory) -> dict:
         output=output,
         seconds=seconds,
         cancelled=cancelled,
+        finished_before_cancel=finished_before_cancel,
         again=again,
         local=local,
     )
@@ -196,7 +254,7 @@ def runs(cluster, pristine_workflow, tmp_path_factory) -> dict:
 def dry_run_jobs(text: str) -> dict[str, list[str]]:
     """A dry run's jobs: rule name -> the text of each of its jobs' blocks."""
     jobs: dict[str, list[str]] = {}
-    for block in text.split("\nrule ")[1:]:
+    for block in re.split(r"\n *rule ", text)[1:]:  # a group's jobs are indented
         name, _, body = block.partition(":")
         jobs.setdefault(name.strip(), []).append(body.split("\n\n")[0])
     return jobs
@@ -205,7 +263,8 @@ def dry_run_jobs(text: str) -> dict[str, list[str]]:
 def test_the_profile_sizes_each_job(workflow_copy, tmp_path):
     """No cluster needed, only the plugin: a dry run through profiles/slurm gives the
     measuring jobs the run's cores and the preset's memory, the rest one core and 2 GB, all
-    on the partition named by SSMBENCH_SLURM_PARTITION."""
+    on the partition named by SSMBENCH_SLURM_PARTITION; the cells are one group (the
+    profile's 20 to an allocation), and a local dry run shows no group."""
     if not (PLUGINS / "snakemake_executor_plugin_slurm").is_dir():
         pytest.skip(f"no snakemake-executor-plugin-slurm in {PLUGINS} (make slurm)")
     tiny = tmp_path / "tiny.yaml"
@@ -224,11 +283,16 @@ def test_the_profile_sizes_each_job(workflow_copy, tmp_path):
     (aggregate,) = jobs["aggregate"]
     assert "threads:" not in aggregate and "mem_mb=2000" in aggregate
     assert "runtime=30" in aggregate and "slurm_partition=short-q" in aggregate
+    assert len(jobs["bench"]) == 3
+    assert out.stdout.count("Group job cells") == 1
+    local = snakemake(wf, "-n", TARGET, "--configfile", str(tiny), "--config", "preset=ci")
+    assert local.returncode == 0 and "rule bench:" in local.stdout, local.stderr[-3000:]
+    assert "Group job" not in local.stdout
 
 
 def test_the_run_completes_through_slurm(runs):
     assert runs["returncode"] == 0, runs["output"][-5000:]
-    assert runs["seconds"] < 240, f"the SLURM run took {runs['seconds']:.0f} s"
+    assert runs["seconds"] < 300, f"the SLURM run took {runs['seconds']:.0f} s"
 
 
 def test_every_job_ran_as_a_slurm_job_on_the_node(runs):
@@ -238,8 +302,10 @@ def test_every_job_ran_as_a_slurm_job_on_the_node(runs):
     for sidecar in found:
         assert sidecar["slurm_job_id"] and sidecar["slurm_job_id"].isdigit(), sidecar["output"]
         assert sidecar["node"] == runs["node"], sidecar["output"]
-    ids = [s["slurm_job_id"] for s in found if s["rule"] in ("bench", "verify")]
+    ids = [s["slurm_job_id"] for s in found if s["rule"] == "verify"]
     assert len(set(ids)) == len(ids)  # one job each
+    # the three cells in two allocations: the cancelled group's and its resubmission's
+    assert len({s["slurm_job_id"] for s in found if s["rule"] == "bench"}) == 2
     local = sidecars(runs["local"])
     assert local and all(s["slurm_job_id"] is None for s in local)
 
@@ -255,12 +321,47 @@ def test_jobs_holding_the_device_asked_slurm_for_one(runs):
         assert "gres:gpu" not in scontrol_job(job_id), job_id
 
 
-def test_a_cancelled_job_is_resubmitted(runs):
-    cancelled = runs["cancelled"]
+def test_a_cancelled_group_is_resubmitted_and_keeps_what_it_finished(runs):
+    """The group's allocation, cancelled after a cell's record, is submitted again, and
+    its finished records are put back, not measured again: their sidecars still name the
+    cancelled allocation, and their jobs' logs say so; the other cells ran in the new one."""
+    cancelled, wf = runs["cancelled"], runs["wf"]
     assert "JobState=CANCELLED" in scontrol_job(cancelled)
-    assert f"SLURM-job '{cancelled}' failed, SLURM status is: 'CANCELLED'" in runs["output"]
-    bench = [s for s in sidecars(runs["wf"]) if s["rule"] == "bench"]
-    assert len(bench) == 2 and cancelled not in {s["slurm_job_id"] for s in bench}
+    # the group's error names its SLURM log, then the group is submitted again
+    failed = runs["output"].index(f"slurm_logs/group_cells_bench/{cancelled}.log")
+    assert "Trying to restart job" in runs["output"][failed:]
+    kept = {r for r, job in runs["finished_before_cancel"].items() if job == cancelled}
+    assert kept, runs["finished_before_cancel"]
+    now = cell_sidecars(wf)
+    assert len(now) == 3
+    for record, sidecar in now.items():
+        log = (wf / "logs/ci/bench" / record.relative_to(wf / "results/ci/cells")).with_suffix(
+            ".log"
+        )
+        if record in kept:
+            assert sidecar["slurm_job_id"] == cancelled, record
+            assert "kept from the group's failed allocation" in log.read_text()
+        else:
+            assert sidecar["slurm_job_id"] != cancelled, record
+            assert "kept from" not in log.read_text()
+    assert not list(wf.rglob("*.kept"))
+
+
+def test_a_failing_cell_is_its_own_record_and_its_group_goes_on(runs):
+    """The cell past the address space ends `oom` with its reason, and the allocation that
+    ran it went on: another cell started there after it, or it ended with exit code 0."""
+    found = cell_sidecars(runs["wf"])
+    (oom,) = [r for r in found if json.loads(r.read_text())["status"] != "ok"]
+    record = json.loads(oom.read_text())
+    assert tuple(record[k] for k in KEYS) == OOM_CELL
+    assert record["status"] == "oom" and record["reason"], record
+    job = found[oom]["slurm_job_id"]
+    after = [
+        s for r, s in found.items()
+        if r != oom and s["slurm_job_id"] == job and s["started"] >= found[oom]["ended"]
+    ]  # fmt: skip
+    state = scontrol_job(job)
+    assert after or ("JobState=COMPLETED" in state and "ExitCode=0:0" in state), state
 
 
 def test_the_tables_are_those_of_a_local_run(runs):
@@ -270,7 +371,7 @@ def test_the_tables_are_those_of_a_local_run(runs):
     local = pd.read_csv(runs["local"] / TARGET).sort_values(KEYS)
     assert list(on_slurm.columns) == list(local.columns)
     assert on_slurm[KEYS + ["status"]].values.tolist() == local[KEYS + ["status"]].values.tolist()
-    assert set(on_slurm.status) == {"ok"}
+    assert sorted(on_slurm.status) == ["ok", "ok", "oom"]
 
 
 def test_the_figure_is_that_of_a_local_run(runs):
@@ -292,3 +393,57 @@ def test_a_second_run_has_nothing_to_do(runs):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Nothing to be done" in again.stdout + again.stderr
     assert "has been submitted with SLURM jobid" not in again.stdout + again.stderr
+
+
+@pytest.fixture(scope="module")
+def cuda_run(cluster, pristine_workflow, tmp_path_factory) -> dict:
+    """The tiny cuda preset through SLURM on the GPU-less node (its fake gres GPU)."""
+    root = tmp_path_factory.mktemp("slurm-cuda")
+    overlay = root / "cuda.yaml"
+    overlay.write_text(yaml.safe_dump(CUDA_TINY))
+    wf = clone(pristine_workflow, root / "wf")
+    target = f"results/{CUDA_RUN}/tables/cells.csv"
+    args = [target, *PROFILE_ARGS, "--configfile", str(overlay)]
+    out = snakemake(wf, *args, "--config", f"preset={CUDA_RUN}", env=ON_SLURM, timeout=600)
+    return dict(wf=wf, out=out, target=target)
+
+
+def test_a_cuda_preset_asks_slurm_for_a_gpu_and_ends_unavailable_without_one(cuda_run):
+    """Every measuring job of a cuda preset is submitted with --gpus=1 (SLURM:
+    gres:gpu:1), runs on the node's fake GPU, and ends `unavailable` with the reason;
+    the run still makes its tables."""
+    wf, out = cuda_run["wf"], cuda_run["out"]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    table = pd.read_csv(wf / cuda_run["target"])
+    assert len(table) == 2 and set(table.status) == {"unavailable"}
+    assert all("torch.cuda.is_available() is False" in r for r in table.reason), table.reason
+    measured = [
+        json.loads(p.read_text())
+        for p in (wf / "results" / CUDA_RUN).rglob("*.prov.json")
+        if "tables" not in p.parts
+    ]
+    assert {"calibrate", "verify", "bench", "profile"} <= {s["rule"] for s in measured}
+    for job_id in {s["slurm_job_id"] for s in measured}:
+        assert "gres:gpu:1" in scontrol_job(job_id), job_id
+    # the two cells in one allocation, with one GPU for both
+    assert len({s["slurm_job_id"] for s in measured if s["rule"] == "bench"}) == 1
+
+
+def _bench_scheduling():
+    spec = importlib.util.spec_from_file_location("bench_scheduling", BENCH_SCHEDULING)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grouped_cells_are_scheduled_ten_times_faster(cluster):
+    """scripts/bench_scheduling.py on this cluster, once (last in the module, so it has
+    the node to itself): 40 trivial jobs in one group reach at least ten times the
+    jobs per minute of one allocation each."""
+    bench = _bench_scheduling()
+    setup = bench.Setup(jobs=80, group_size=20, partition=PARTITION)
+    walls = bench.measure(setup, rounds=1, ways=("slurm", "grouped"), report=lambda line: None)
+    rates = {way: bench.per_minute(setup, w)[0] for way, w in walls.items()}
+    assert rates["grouped"] >= 10 * rates["slurm"], rates
+    lines = bench.summary(setup, walls)
+    assert any(line.startswith("grouped / slurm jobs/min") for line in lines), lines

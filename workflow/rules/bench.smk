@@ -7,6 +7,10 @@ rule bench:
     log:
         paths.BENCH_LOG,
     priority: bench_priority
+    # short cells travel to SLURM in groups (profiles/slurm, `group-components`); a
+    # local run ignores groups
+    group:
+        cell_group
     conda:
         "../../envs/bench.yaml"
     threads: BENCH_THREADS

@@ -25,6 +25,7 @@ from ssmbench.registry import (  # noqa: E402
     figures_of,
     verified_backend,
 )
+from ssmbench.scripting import group_of  # noqa: E402
 from ssmbench.shipped import compared_runs, precollected_runs  # noqa: E402
 from ssmbench.tasks.matrix import TaskCell  # noqa: E402
 
@@ -46,6 +47,29 @@ if workflow.is_main_process:
 # bad records (unparseable, schema-invalid, not what their sidecar vouches for) are moved
 # aside before Snakemake plans, so their jobs rerun (ssmbench.heal)
 heal.heal_plan(PLAN, main_process=workflow.is_main_process)
+# The short cells' jobs go to SLURM in groups of `group-components: cells=<n>`
+# (profiles/slurm); a resubmitted group (`retries`) keeps the records its failed
+# allocation finished and vouched for: set aside here, in the retry's own invocation,
+# before Snakemake deletes them, and put back by each cell's job (ssmbench.heal).
+CELL_GROUP = "cells"
+
+
+def cell_group(wildcards):
+    """The cells' group when the run sizes it (`--group-components cells=<n>`, as
+    profiles/slurm does), else none: a local run ignores groups, but its dry run would
+    still show one per cell (ssmbench.scripting.group_of)."""
+    return group_of(workflow, CELL_GROUP)
+
+
+RETRIED_RECORDS = {"bench": paths.CELL, "bench_replicate": paths.CELL_REPLICATE}
+RETRIED = heal.retried_jobs(sys.argv)
+if RETRIED and PLAN.source == "live":
+    os.environ[heal.RETRY_ENV] = "1"  # for the cells' scripts (heal.restore_kept)
+    heal.keep_for_retry(
+        RETRIED_RECORDS[rule].format(**wildcards)
+        for rule, wildcards in RETRIED
+        if rule in RETRIED_RECORDS
+    )
 RUN = PLAN.run
 SIZE = vars(PLAN.size) if PLAN.size else {}  # the blocks' size (none in a preset of lm)
 # Runs made from another study's published data (--config import_ssm_scope=<clone>), and

@@ -1,5 +1,8 @@
 """Rule bench: measure one cell and write its record, whatever its status.
 
+In a resubmitted group of cells (profiles/slurm), a record the failed allocation finished
+and vouched for is put back instead (ssmbench.heal.restore_kept): measured once, not twice.
+
 A run stopped by an output it could not save (a full disk) measures nothing more: the job
 refuses to start, and a record it cannot save stops the run (ssmbench.outcome)."""
 
@@ -8,16 +11,16 @@ import sys
 import _src  # noqa: F401  (puts ../src on sys.path)
 
 from ssmbench.cell import run_cell, spec_from_params
+from ssmbench.heal import restore_kept
 from ssmbench.outcome import refuse_if_stopped, saving
 from ssmbench.process import cap_address_space
 from ssmbench.provenance import from_snakemake, now
 from ssmbench.records import read_device, read_verify, write_record
 from ssmbench.scripting import logged
 
-with logged(snakemake):
-    started = now()
-    p = snakemake.params
-    refuse_if_stopped(p.run, snakemake.output.record)
+
+def measure(p, started):
+    """Measure the cell and write its record and sidecar."""
     spec = spec_from_params(p)
     verify = read_verify(snakemake.input.verify)
     # the run's calibrations; the cell divides by its own device's (ssmbench.cell)
@@ -41,3 +44,13 @@ with logged(snakemake):
     with saving(p.run, snakemake.output.record):
         write_record(snakemake.output.record, record)
         from_snakemake(snakemake, seed=p.seed, started=started)
+
+
+with logged(snakemake):
+    started = now()
+    p = snakemake.params
+    refuse_if_stopped(p.run, snakemake.output.record)
+    if restore_kept(snakemake.output.record):
+        print(f"{snakemake.output.record}: kept from the group's failed allocation")
+    else:
+        measure(p, started)
