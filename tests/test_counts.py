@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from ssmbench import counts
 from ssmbench.matrix import Size
 from ssmbench.measure.memory import tensor_bytes
 from ssmbench.models import FAMILIES, build_model
+from ssmbench.models.deltanet import delta_rule_torch
 
 SIZES = [
     Size(d_model=32, n_layers=2, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16),
@@ -192,3 +194,47 @@ def test_train_and_decode_bytes():
     assert dec.bytes == dec.weights_bytes + 2 * 2 * size.d_model * 4 + dec.cache_bytes + new_kv
     ssm = counts.counts("mamba2", "decode", size, 2, 64, 6, "fp32")
     assert ssm.bytes == ssm.weights_bytes + 2 * 2 * size.d_model * 4 + 2 * ssm.cache_bytes
+
+
+class ExecutedFlops(TorchDispatchMode):
+    """FLOPs of the matmuls (2 m k n per product) and triangular solves (C^2 per
+    right-hand-side column of a C x C system) that ATen runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.flop = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__.rstrip("_")  # in place or not
+        if name in ("mm", "bmm", "baddbmm", "addmm"):
+            a, b = args[1:3] if name in ("baddbmm", "addmm") else args[:2]
+            batch = a.shape[0] if a.dim() == 3 else 1
+            self.flop += 2 * batch * a.shape[-2] * a.shape[-1] * b.shape[-1]
+        elif name.startswith("linalg_solve_triangular"):
+            system, rhs = args[:2]
+            self.flop += system.shape[-1] ** 2 * rhs.numel() // rhs.shape[-2]
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(
+    "b, t, h, dk, dv, chunk",
+    [(2, 70, 3, 12, 10, 16), (1, 64, 2, 8, 8, 16), (1, 40, 2, 8, 6, 64)],
+    ids=["B2-T70-C16", "B1-T64-C16", "B1-T40-C64"],
+)
+def test_delta_rule_op_flop_is_what_the_torch_backend_executes(b, t, h, dk, dv, chunk):
+    """The chunked delta rule's executed-FLOP count equals the matmul and triangular-solve
+    FLOPs the torch backend runs: padded chunks included (T = 70 in chunks of 16), and a
+    chunk longer than the sequence counted as one chunk of T tokens.  Gentle decays: a
+    chunk that forgets within itself adds two exact products that the count leaves out."""
+    gen = torch.Generator().manual_seed(0)
+    q, k = (
+        torch.nn.functional.normalize(torch.randn(b, t, h, dk, generator=gen), dim=-1) for _ in "qk"
+    )
+    v, state = torch.randn(b, t, h, dv, generator=gen), torch.randn(b, h, dk, dv, generator=gen)
+    beta, g = (
+        0.05 + 0.9 * torch.rand(b, t, h, generator=gen),
+        -0.1 * torch.rand(b, t, h, generator=gen),
+    )
+    with ExecutedFlops() as executed, torch.no_grad():
+        delta_rule_torch(q, k, v, beta, g=g, chunk_size=chunk, initial_state=state)
+    assert executed.flop == counts.delta_rule_op_flop(b, t, h, dk, dv, chunk)

@@ -41,7 +41,8 @@ gamma_l = g_1 + ... + g_l and Gamma_l = exp(gamma_l):
 
 (Unrolling (R): u_l = beta_l (v_l - Gamma_l k_l^T S_0 - sum_{s<l} L_ls (k_l^T k_s) u_s),
 which is the triangular system (I + A) U = diag(beta) (V - diag(Gamma) K S_0).)  T is
-computed as (diag(1 / beta) + tril(K K^T * L, -1))^{-1}, the same matrix.
+(diag(1 / beta) + tril(K K^T * L, -1))^{-1}, the same matrix, and is never formed: W and
+U~ come from one triangular solve with [diag(Gamma) K | V] as its right-hand side.
 
 Steps (1)-(3) and the intra-chunk part of (5) do not depend on the state: they run for
 every chunk at once, as batched matmuls and one batched triangular solve.  Steps (4) and
@@ -207,6 +208,12 @@ def _chunk(x: torch.Tensor, chunk_size: int, pad_value: float = 0.0) -> torch.Te
     return x.reshape(x.shape[0], b * h, *x.shape[3:]).contiguous()  # (c b*h l ...)
 
 
+def _tracks_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd records operations on any of ``tensors`` (then no ``out=`` and no
+    in-place update may touch them)."""
+    return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+
+
 def _chunks_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -220,10 +227,10 @@ def _chunks_forward(
 
     With ``matmul_dtype`` bf16 (the ``torch-mixed`` backend) every matmul takes bf16
     operands (torch accumulates in fp32) and returns bf16, except that K K^T * L comes back
-    to fp32 for the triangular solve, which runs in fp32, and so do M and N, the state
-    recurrence's terms: the decays, the solve and the state carried across chunks stay
-    fp32, as in flash-linear-attention's chunked kernels (which read the state as bf16
-    where it enters a matmul, as here).
+    to fp32 for the triangular solve, which runs in fp32, and so does the state update
+    K_out^T U: the decays, the solve and the state carried across chunks stay fp32, as in
+    flash-linear-attention's chunked kernels (which read the state as bf16 where it enters
+    a matmul, as here).
 
     Args:
         q, k: ``(c, n, l, k)``; v: ``(c, n, l, v)``; beta: ``(c, n, l)``; gamma: ``(c, n,
@@ -236,14 +243,15 @@ def _chunks_forward(
         o ``(c, n, l, v)`` in ``matmul_dtype`` and the state leaving the last chunk
         ``(n, k, v)`` in q's dtype.
     """
-    C = q.shape[2]
+    C, dk = q.shape[2], q.shape[3]
     wide = q.dtype
     low = wide if matmul_dtype is None else matmul_dtype  # no copy when they agree
+    # K K^T * L and Q K^T * L share their right operand: one matmul of [K; Q] (the keys'
+    # rows, then the queries') per chunk, a larger one than two
     if gamma is None:
-        k_t = k.transpose(-1, -2).to(low)  # (c n k s)
-        A = (k.to(low) @ k_t).to(wide)  # k_l^T k_s, (c n l s)
-        scores = (q.to(low) @ k_t).tril_()  # Q K^T * L with L = 1 on s <= l
-        k_in, k_out = -k, k  # k_in is negated: see W below
+        kq = torch.cat([k, q], dim=-2)  # [K; Q], (c n 2l k)
+        k_inv_t = k.transpose(-1, -2)  # (c n k s)
+        k_out = k  # diag(Gamma_C / Gamma) K with Gamma = 1
         chunk_decay = None
     else:
         # L_ls = exp(gamma_l - gamma_s) = Gamma_l / Gamma_s on s <= l is rank one: Gamma_l
@@ -252,11 +260,14 @@ def _chunks_forward(
         # e^+-LOG_DECAY_FLOOR; a chunk whose total decay is steeper (a head that forgets within
         # the chunk) gets its two products again from the exact L.
         gamma_exp = _exp(gamma)[..., None]  # Gamma_l, (c n l 1)
-        q_gamma = q * gamma_exp  # diag(Gamma) Q
-        k_gamma = k * gamma_exp  # diag(Gamma) K
-        k_inv_t = (k * _exp(-gamma, max=-LOG_DECAY_FLOOR)[..., None]).transpose(-1, -2).to(low)
-        A = (k_gamma.to(low) @ k_inv_t).to(wide)  # k_l^T k_s L_ls, (c n l s); reads s < l
-        scores = q_gamma.to(low) @ k_inv_t  # q_l^T k_s L_ls, (c n l s); masked below
+        kq = torch.cat([k, q], dim=-2) * gamma_exp.repeat(1, 1, 2, 1)  # diag(Gamma) [K; Q]
+        k_inv_t = (k * _exp(-gamma, max=-LOG_DECAY_FLOOR)[..., None]).transpose(-1, -2)
+        k_out = k * _exp(gamma[..., -1:] - gamma)[..., None]  # diag(Gamma_C / Gamma) K
+        chunk_decay = gamma_exp[:, :, -1:]  # Gamma_C, (c n 1 1)
+    products = kq.to(low) @ k_inv_t.to(low)  # (c n 2l s), fresh
+    A = products[..., :C, :].to(wide)  # k_l^T k_s L_ls, (c n l s); reads s < l
+    scores = products[..., C:, :]  # q_l^T k_s L_ls, (c n l s); masked below
+    if gamma is not None:
         steep = gamma[..., -1] < LOG_DECAY_FLOOR  # (c n)
         if steep.any():
             ic, i_n = steep.nonzero(as_tuple=True)  # j (chunk, head) pairs
@@ -266,57 +277,79 @@ def _chunks_forward(
             k_j, k_j_t = k[ic, i_n].to(low), k[ic, i_n].transpose(-1, -2).to(low)  # (j l k)
             A[ic, i_n] = (k_j @ k_j_t).to(wide) * decay_j  # (j l s)
             scores[ic, i_n] = ((q[ic, i_n].to(low) @ k_j_t) * decay_j).to(low)  # (j l s)
-        scores = scores.tril_()  # Q K^T * L, s <= l
-        q = q_gamma
-        k_in = -k_gamma  # -diag(Gamma) K (negated: see W below)
-        k_out = k * _exp(gamma[..., -1:] - gamma)[..., None]  # diag(Gamma_C / Gamma) K
-        chunk_decay = gamma_exp[:, :, -1:]  # Gamma_C, (c n 1 1)
+    scores = scores.tril_()  # Q K^T * L, s <= l
+    k_in, q = kq[..., :C, :], kq[..., C:, :]  # diag(Gamma) K, diag(Gamma) Q
 
-    # (1)-(3): T = (I + diag(beta) tril(K K^T * L, -1))^{-1} diag(beta), which is also
-    # (diag(1 / beta) + tril(K K^T * L, -1))^{-1}: one batched triangular solve for every
-    # chunk at once, with 1 / beta on the diagonal (which saves scaling K and V by beta).
-    # The solve reads only the lower triangle of A; it runs as X A^T = I for X = T^T,
-    # because LAPACK then takes the row-major A^T as a column-major A without a transposed
-    # copy (a quarter faster on CPU)
+    # (1)-(3): with T = (diag(1 / beta) + tril(K K^T * L, -1))^{-1}, the WY factors
+    # W = T diag(Gamma) K and U~ = T V are one batched triangular solve for every chunk
+    # at once: 1 / beta on the diagonal (which saves scaling K and V by beta) and
+    # [diag(Gamma) K | V] as the right-hand side, C^2 (k + v) FLOPs per chunk where
+    # forming T and multiplying it out take C^3 + 2 C^2 (k + v).  The solve reads only
+    # the lower triangle of A.  Without autograd it solves in place (``out=`` the
+    # right-hand side): LAPACK then takes the row-major system as the transposed
+    # column-major one and copies nothing, which halves the solve's time on CPU
     A.diagonal(dim1=-2, dim2=-1).copy_(1.0 / beta)  # (1), in place on a fresh tensor
-    eye = torch.eye(C, dtype=q.dtype, device=q.device)
-    T = torch.linalg.solve_triangular(A.mT, eye, upper=True, left=False).mT  # (2), (c n l s)
-    T = T.to(low)
-    w = T @ k_in.to(low)  # -W, (3) with its sign flipped: W = T diag(Gamma) K, (c n l k)
-    u_tilde = T @ v.to(low)  # (3) U~ = T V, (c n l v)
+    rhs = torch.cat([k_in, v], dim=-1)  # [diag(Gamma) K | V], (c n l k+v)
+    out = None if _tracks_grad(A, rhs) else rhs
+    wu = torch.linalg.solve_triangular(A, rhs, upper=False, out=out)  # (2), (3)
+    w, u_tilde = wu[..., :dk].to(low), wu[..., dk:].to(low)  # W (c n l k), U~ (c n l v)
 
-    # (4) and (6) carried across chunks.  Substituting (4) into (6) gives an affine map
-    # per chunk, S_C = M S_0 + N with M = Gamma_C I - K_out^T W and N = K_out^T U~
-    # (K_out = diag(Gamma_C / Gamma) K): both are batched matmuls over every chunk at
-    # once, which leaves one small matmul per chunk for the loop; (4) then runs batched
-    # once every chunk's S_0 is known.  Without autograd each step writes its state
-    # straight into the tensor of all of them (``out=`` records no graph)
+    # (4) and (6), chunk after chunk; then (5) for every chunk at once
     k_out_t = k_out.transpose(-1, -2).to(low)  # (c n k l)
-    N = (k_out_t @ u_tilde).to(wide)  # (c n k v)
-    M = (k_out_t @ w).to(wide)  # (c n k k), -K_out^T W, fresh: its diagonal is set below
-    if chunk_decay is None:
-        M.diagonal(dim1=-2, dim2=-1).add_(1.0)
-    else:
-        M.diagonal(dim1=-2, dim2=-1).add_(chunk_decay[..., 0])  # + Gamma_C I
-    n_chunks = q.shape[0]
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (M, N, state)):
-        states = [state]
-        for c in range(n_chunks):
-            states.append(torch.baddbmm(N[c], M[c], states[-1]))  # (6), (n k v)
-        states = torch.stack(states)  # (c+1 n k v)
-    else:
-        states = state.new_empty(n_chunks + 1, *state.shape)  # (c+1 n k v)
-        states[0] = state
-        for c in range(n_chunks):
-            torch.baddbmm(N[c], M[c], states[c], out=states[c + 1])  # (6)
+    new_values, states = _pass_state(w, u_tilde, k_out_t, chunk_decay, state)
     S0 = states[:-1].flatten(0, 1).to(low)  # S_0 per chunk, (c*n k v)
-    state = states[-1].clone()  # the state leaving the last chunk, in its own storage
-    new_values = torch.baddbmm(u_tilde.flatten(0, 1), w.flatten(0, 1), S0)  # (4) U = U~ - W S_0
+    o = torch.bmm(scores.flatten(0, 1), new_values.flatten(0, 1))  # (Q K^T * L) U, fresh
+    o.baddbmm_(q.flatten(0, 1).to(low), S0)  # (5) + diag(Gamma) Q S_0, (c*n l v)
+    return o.view_as(u_tilde), states[-1].clone()  # the last state, in its own storage
 
-    # (5): every chunk's outputs at once, (Q K^T * L) U + diag(Gamma) Q S_0
-    o = torch.bmm(scores.flatten(0, 1), new_values)  # (c*n l v), fresh: updated in place
-    o.baddbmm_(q.flatten(0, 1).to(low), S0)  # (c*n l v)
-    return o.view_as(u_tilde), state
+
+def _pass_state(
+    w: torch.Tensor,
+    u_tilde: torch.Tensor,
+    k_out_t: torch.Tensor,
+    chunk_decay: torch.Tensor | None,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Steps (4) and (6), the only ones that wait for the previous chunk: per chunk
+    U = U~ - W S_0 and S_C = Gamma_C S_0 + K_out^T U, two small matmuls of every head at
+    once (T / C iterations).
+
+    Args:
+        w, u_tilde: W ``(c, n, l, k)`` and U~ ``(c, n, l, v)`` in the matmul dtype;
+            k_out_t: K_out^T = (diag(Gamma_C / Gamma) K)^T ``(c, n, k, l)`` in the same;
+            chunk_decay: Gamma_C ``(c, n, 1, 1)`` or None (no decay); state: ``(n, k, v)``
+            entering the first chunk, float32 or wider.
+
+    Returns:
+        U ``(c, n, l, v)`` in the matmul dtype and the states ``(c + 1, n, k, v)`` in
+        ``state``'s dtype: entering each chunk, then leaving the last.  Without autograd
+        every step writes into those two tensors (``out=``, no allocation per chunk); the
+        state's matmul is accumulated in place when its operands share the state's dtype.
+    """
+    low, n_chunks = w.dtype, w.shape[0]
+    decays = [None] * n_chunks if chunk_decay is None else chunk_decay.unbind(0)
+    if _tracks_grad(w, u_tilde, k_out_t, state):  # Gamma_C enters w as well
+        values, states = [], [state]
+        for c, decay in enumerate(decays):
+            S = states[-1]
+            values.append(torch.baddbmm(u_tilde[c], w[c], S.to(low), alpha=-1))  # (4)
+            S = S if decay is None else S * decay
+            states.append(S + torch.bmm(k_out_t[c], values[-1]))  # (6), (n k v)
+        return torch.stack(values), torch.stack(states)
+    values = torch.empty_like(u_tilde)  # (c n l v)
+    states = state.new_empty(n_chunks + 1, *state.shape)  # (c+1 n k v)
+    states[0] = state
+    for c, decay in enumerate(decays):
+        torch.baddbmm(u_tilde[c], w[c], states[c].to(low), alpha=-1, out=values[c])  # (4)
+        if decay is None:
+            states[c + 1] = states[c]
+        else:
+            torch.mul(states[c], decay, out=states[c + 1])  # Gamma_C S_0
+        if low == states.dtype:
+            states[c + 1].baddbmm_(k_out_t[c], values[c])  # (6)
+        else:
+            states[c + 1] += torch.bmm(k_out_t[c], values[c])  # (6), fp32 += bf16 product
+    return values, states
 
 
 def delta_rule_torch(
