@@ -140,8 +140,10 @@ def slurm_local(action: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def cluster(request) -> str:
-    """A running single-node cluster; its node's name.  Stopped after the module."""
+def cluster(request, pristine_workflow) -> str:
+    """A running single-node cluster; its node's name.  Stopped after the module.  (It
+    takes the pristine workflow so that every test on it, each starting Snakemake through
+    SLURM, is marked slow as tests/conftest.py marks the others.)"""
     reason = cannot_run()
     if reason:
         skip_or_fail(reason)
@@ -408,7 +410,7 @@ def cuda_run(cluster, pristine_workflow, tmp_path_factory) -> dict:
     return dict(wf=wf, out=out, target=target)
 
 
-def test_a_cuda_preset_asks_slurm_for_a_gpu_and_ends_unavailable_without_one(cuda_run):
+def test_a_cuda_preset_asks_slurm_for_a_device_and_ends_unavailable_without_one(cuda_run):
     """Every measuring job of a cuda preset is submitted with --gpus=1 (SLURM:
     gres:gpu:1), runs on the node's fake GPU, and ends `unavailable` with the reason;
     the run still makes its tables."""
@@ -432,6 +434,7 @@ def test_a_cuda_preset_asks_slurm_for_a_gpu_and_ends_unavailable_without_one(cud
 def _bench_scheduling():
     spec = importlib.util.spec_from_file_location("bench_scheduling", BENCH_SCHEDULING)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
