@@ -435,6 +435,8 @@ def _bench_scheduling():
     spec = importlib.util.spec_from_file_location("bench_scheduling", BENCH_SCHEDULING)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
+    if str(BENCH_SCHEDULING.parent) not in sys.path:
+        sys.path.insert(0, str(BENCH_SCHEDULING.parent))  # its `import _src`, as when run
     spec.loader.exec_module(module)
     return module
 
