@@ -21,7 +21,7 @@ from ssmbench.figures.data import (
 )
 from ssmbench.figures.panels import plt
 from ssmbench.figures.style import FLAGGED_COLOR, FLOOR_STYLES, PHASE_MARKERS, color, line_style
-from ssmbench.figures.utilization import draw_roofs
+from ssmbench.figures.utilization import draw_roofline_points, draw_roofs
 from ssmbench.floors import FLOORS, dispatch_missing, ensure_floors
 
 NAME = "Where the time goes: measured time over its three floors"
@@ -120,17 +120,7 @@ def _roofline_panel(ax: plt.Axes, data: pd.DataFrame) -> None:
     if ok.empty:
         P.missing(ax, "no ok cell with both intensity and achieved FLOP/s" + not_ok_note(data))
         return
-    for (family, ph), points in ok.groupby(["model", "phase"], sort=True):
-        ax.scatter(
-            points.intensity,
-            points.tflops,
-            color=color(family),
-            marker=PHASE_MARKERS.get(ph, "o"),
-            s=26,
-            edgecolors="black",
-            linewidths=0.4,
-            zorder=3,
-        )
+    draw_roofline_points(ax, ok, size=26)
     ceiling = ok.flop / ok.t_dispatch_s / 1e12  # TFLOP/s
     bars = ok[np.isfinite(ceiling) & (ceiling > 0)]
     if not bars.empty:

@@ -212,18 +212,7 @@ def roofline(
                 f"no ok {dt} cell with both intensity and achieved FLOP/s" + not_ok_note(panel),
             )
             continue
-        for (model, ph), points in ok.groupby(["model", "phase"], sort=True):
-            ax.scatter(
-                points.intensity,
-                points.tflops,
-                color=color(model),
-                marker=PHASE_MARKERS.get(ph, "o"),
-                s=30,
-                edgecolors="black",
-                linewidths=0.4,
-                alpha=0.85,
-                zorder=3,
-            )
+        draw_roofline_points(ax, ok, size=30, alpha=0.85)
         ax.set_xscale("log")
         ax.set_yscale("log")
         draw_roofs(ax, panel, ok)
@@ -245,6 +234,23 @@ def roofline(
 def _key(label: str, **style) -> Line2D:
     """A legend entry: a marker without a line."""
     return Line2D([], [], linestyle="", label=label, **style)
+
+
+def draw_roofline_points(ax: plt.Axes, ok: pd.DataFrame, size: float, alpha=None) -> None:
+    """Each ok cell at (intensity, achieved TFLOP/s): its family's colour, its phase's
+    marker."""
+    for (model, ph), points in ok.groupby(["model", "phase"], sort=True):
+        ax.scatter(
+            points.intensity,
+            points.tflops,
+            color=color(model),
+            marker=PHASE_MARKERS.get(ph, "o"),
+            s=size,
+            edgecolors="black",
+            linewidths=0.4,
+            alpha=alpha,
+            zorder=3,
+        )
 
 
 def draw_roofs(ax: plt.Axes, panel: pd.DataFrame, ok: pd.DataFrame) -> None:
