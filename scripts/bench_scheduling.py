@@ -25,7 +25,9 @@ over the rounds), and the hours of pure scheduling a 1,000-cell matrix spends at
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -111,8 +113,29 @@ class Setup:
         return cmd, env
 
 
-def run_once(workdir: Path, setup: Setup, way: str) -> float:
-    """Wall seconds of one run of the N-job workflow done ``way``, from no outputs."""
+# what the SLURM executor logs for each allocation it asks for
+SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+)")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the N-job workflow: its wall seconds and the SLURM allocations it asked
+    for (0 locally)."""
+
+    wall_s: float
+    allocations: int
+
+
+def expected_allocations(setup: Setup, way: str) -> int:
+    """The allocations a run done ``way`` should ask for: none locally, one per job
+    ungrouped, one per ``group_size`` jobs grouped."""
+    return {"local": 0, "slurm": setup.jobs, "grouped": math.ceil(setup.jobs / setup.group_size)}[
+        way
+    ]
+
+
+def run_once(workdir: Path, setup: Setup, way: str) -> Run:
+    """One run of the N-job workflow done ``way``, from no outputs."""
     out = workdir / "out"
     out.mkdir(parents=True, exist_ok=True)
     for f in out.iterdir():
@@ -126,28 +149,31 @@ def run_once(workdir: Path, setup: Setup, way: str) -> float:
     made = len(list(out.iterdir()))
     if made != setup.jobs:
         raise RuntimeError(f"the {way} run wrote {made} of {setup.jobs} outputs")
-    return wall_s
+    return Run(wall_s, len(set(SUBMITTED.findall(done.stdout + done.stderr))))
 
 
-def measure(setup: Setup, rounds: int, ways=WAYS, report=print) -> dict[str, list[float]]:
-    """Wall seconds of each way in each round (``report`` gets a line per round); the ways'
-    order turns by one each round."""
-    walls: dict[str, list[float]] = {way: [] for way in ways}
+def measure(setup: Setup, rounds: int, ways=WAYS, report=print) -> dict[str, list[Run]]:
+    """Each way's run in each round (``report`` gets a line per round); the ways' order
+    turns by one each round."""
+    runs: dict[str, list[Run]] = {way: [] for way in ways}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         (workdir / "Snakefile").write_text(SNAKEFILE)
         for r in range(rounds):
             order = ways[r % len(ways) :] + ways[: r % len(ways)]
             for way in order:
-                walls[way].append(run_once(workdir, setup, way))
-            shown = ", ".join(f"{way} {walls[way][-1]:.2f} s" for way in ways)
+                runs[way].append(run_once(workdir, setup, way))
+            shown = ", ".join(
+                f"{way} {runs[way][-1].wall_s:.2f} s in {runs[way][-1].allocations} allocations"
+                for way in ways
+            )
             report(f"round {r + 1}: {shown} ({setup.jobs} jobs each)")
-    return walls
+    return runs
 
 
-def per_minute(setup: Setup, walls: list[float]) -> list[float]:
+def per_minute(setup: Setup, runs: list[Run]) -> list[float]:
     """Jobs per minute of each run."""
-    return [60 * setup.jobs / wall_s for wall_s in walls]
+    return [60 * setup.jobs / run.wall_s for run in runs]
 
 
 def spread(values: list[float]) -> str:
@@ -163,13 +189,19 @@ def rate_ratio(a: list[float], b: list[float]) -> tuple[float, float, float, flo
     return statistics.median(ratios), min(ratios), max(ratios), lo, hi
 
 
-def summary(setup: Setup, walls: dict[str, list[float]]) -> list[str]:
+def summary(setup: Setup, runs: dict[str, list[Run]]) -> list[str]:
     """The table main prints."""
-    rates = {way: per_minute(setup, w) for way, w in walls.items()}
-    rounds = len(next(iter(walls.values())))
+    rates = {way: per_minute(setup, r) for way, r in runs.items()}
+    rounds = len(next(iter(runs.values())))
     lines = [f"{'':28}median   [min, max] over {rounds} rounds"]
-    for way, w in walls.items():
-        lines.append(f"{way + ' wall (s)':28}{spread(w)}")
+    for way, r in runs.items():
+        lines.append(f"{way + ' wall (s)':28}{spread([run.wall_s for run in r])}")
+    for way, r in runs.items():
+        asked = sorted({run.allocations for run in r})
+        lines.append(
+            f"{way + ' allocations':28}{', '.join(map(str, asked)):>8}"
+            f"  (expected {expected_allocations(setup, way)})"
+        )
     for way, r in rates.items():
         lines.append(f"{way + ' jobs/min':28}{spread(r)}")
     for a, b in (("grouped", "slurm"), ("slurm", "local")):
@@ -207,11 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     setup = Setup(args.jobs, args.group_size, args.partition)
     try:
-        walls = measure(setup, args.rounds, report=lambda line: print(line, flush=True))
+        runs = measure(setup, args.rounds, report=lambda line: print(line, flush=True))
     except RuntimeError as error:
         parser.exit(1, f"bench_scheduling: {error}\n")
     print()
-    print("\n".join(summary(setup, walls)))
+    print("\n".join(summary(setup, runs)))
     return 0
 
 

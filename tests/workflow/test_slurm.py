@@ -6,8 +6,8 @@ that fails as its own record while its group goes on, resubmit a group cancelled
 without measuring again what it finished, and have nothing left to do the second time.
 A tiny cuda preset goes through the same cluster: its GPU jobs ask for the fake gres GPU
 and end `unavailable` on the GPU-less node, and the run still makes its tables.  And
-scripts/bench_scheduling.py shows grouped cells scheduled at ten times the rate of one
-allocation each.
+scripts/bench_scheduling.py runs on the cluster, grouping its jobs into one allocation per
+group (the speed that buys is the script's to print, not a test's to assert).
 
 Needs root and the SLURM packages (installed by the script with apt-get when missing);
 skipped otherwise, saying why, unless SSMBENCH_REQUIRE_SLURM is set (.ci/run), where a
@@ -441,14 +441,16 @@ def _bench_scheduling():
     return module
 
 
-def test_grouped_cells_are_scheduled_ten_times_faster(cluster):
-    """scripts/bench_scheduling.py on this cluster, once (last in the module, so it has
-    the node to itself): 40 trivial jobs in one group reach at least ten times the
-    jobs per minute of one allocation each."""
+def test_the_scheduling_benchmark_groups_its_jobs_into_one_allocation_per_group(cluster):
+    """scripts/bench_scheduling.py on this cluster, one small round (last in the module,
+    so it has the node to itself): ungrouped, every job is its own allocation; grouped, a
+    group of jobs shares one, which is where the grouped rate comes from; its summary
+    prints the rate ratio and the allocations."""
     bench = _bench_scheduling()
-    setup = bench.Setup(jobs=80, group_size=20, partition=PARTITION)
-    walls = bench.measure(setup, rounds=1, ways=("slurm", "grouped"), report=lambda line: None)
-    rates = {way: bench.per_minute(setup, w)[0] for way, w in walls.items()}
-    assert rates["grouped"] >= 10 * rates["slurm"], rates
-    lines = bench.summary(setup, walls)
+    setup = bench.Setup(jobs=6, group_size=3, partition=PARTITION)
+    runs = bench.measure(setup, rounds=1, ways=("slurm", "grouped"), report=lambda line: None)
+    assert [run.allocations for run in runs["slurm"]] == [6], runs
+    assert [run.allocations for run in runs["grouped"]] == [2], runs
+    lines = bench.summary(setup, runs)
     assert any(line.startswith("grouped / slurm jobs/min") for line in lines), lines
+    assert any(line.startswith("grouped allocations") and "(expected 2)" in line for line in lines)
