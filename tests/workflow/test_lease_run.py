@@ -223,14 +223,13 @@ def test_the_lease_script_stops_at_its_budget_and_brings_the_partial_run_home(
     monkeypatch.chdir(tmp_path)
     wf = workflow_copy
     dest = tmp_path / "out"
-    tests = "test_visible_devices_count_what_cuda_may_use"  # a lease starts with its tests
-    # 70 s for the tests, the plan and the run: a few cells, far from the ~5 min of all
-    args = ("--budget-s", "140", "--reserve-s", "70", "--tests", tests)
-    proc = _lease_script(wf, dest, *args)
+    # 30 s for the plan and the run (no tests first: the SIGTERM rehearsal runs them), 25 s
+    # to finish the tables and figures there is time for, 20 s to pack: what reaches `ok`
+    # in 30 s is the machine's, what must hold is _check_brought_home's
+    proc = _lease_script(wf, dest, "--budget-s", "75", "--reserve-s", "45")
     stdout, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, stdout[-4000:]
     assert "== budget: stopping the run" in stdout
-    assert (dest / "pytest.txt").read_text().rstrip().splitlines()[-1].startswith("1 passed")
     plan_line = next(line for line in stdout.splitlines() if line.startswith("plan of run"))
     assert "56 cells" in plan_line  # the plan was printed before the run
     _check_brought_home(dest, stdout, "budget")
@@ -246,17 +245,19 @@ def test_the_lease_script_brings_the_run_home_on_sigterm(workflow_copy, tmp_path
     # one quick test first, not the default `-k gpu` selection (collecting it takes 7 s)
     proc = _lease_script(wf, dest, "--tests", "test_visible_devices_count_what_cuda_may_use")
     deadline = time.monotonic() + 300
-    # wait until a few cells are measured (Snakemake deletes the outputs of a job it has
-    # not yet seen end), then stop the script as a lease's end would
+    # wait until a cell is measured (Snakemake deletes the outputs of a job it has not yet
+    # seen end), then stop the script as a lease's end would
     cells = wf / "results" / "ci" / "cells"
-    while len(list(cells.rglob("*.json.prov.json"))) < 3 and time.monotonic() < deadline:
+    while not any(cells.rglob("*.json.prov.json")) and time.monotonic() < deadline:
         time.sleep(1)
     time.sleep(2)
     proc.send_signal(signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, stdout[-4000:]
     assert "== SIGTERM after" in stdout
-    _check_brought_home(dest, stdout, "sigterm")
+    assert (dest / "pytest.txt").read_text().rstrip().splitlines()[-1].startswith("1 passed")
+    cells = _check_brought_home(dest, stdout, "sigterm")
+    assert (cells.status == "ok").any()  # the cell it waited for came home
 
 
 def test_pytest_k_gpu_leaves_out_the_long_rehearsals():
