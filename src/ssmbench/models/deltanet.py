@@ -214,6 +214,15 @@ def _tracks_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
 
 
+def _mul_into(dest: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
+    """dest = x * y, written into ``dest`` (``out=`` unless autograd records the operands,
+    which ``out=`` does not support)."""
+    if _tracks_grad(x, y):
+        dest[...] = x * y
+    else:
+        torch.mul(x, y, out=dest)
+
+
 def _chunks_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -247,9 +256,14 @@ def _chunks_forward(
     wide = q.dtype
     low = wide if matmul_dtype is None else matmul_dtype  # no copy when they agree
     # K K^T * L and Q K^T * L share their right operand: one matmul of [K; Q] (the keys'
-    # rows, then the queries') per chunk, a larger one than two
+    # rows, then the queries') per chunk, a larger one than two.  [K; Q] and the solve's
+    # right-hand side [K | V] are written in place into fresh tensors (a cat would copy
+    # its operands once more)
+    kq = q.new_empty(*q.shape[:2], 2 * C, dk)  # (c n 2l k)
+    rhs = q.new_empty(*v.shape[:3], dk + v.shape[-1])  # (c n l k+v)
+    rhs[..., dk:] = v
     if gamma is None:
-        kq = torch.cat([k, q], dim=-2)  # [K; Q], (c n 2l k)
+        kq[..., :C, :], kq[..., C:, :], rhs[..., :dk] = k, q, k  # [K; Q], [K | V]
         k_inv_t = k.transpose(-1, -2)  # (c n k s)
         k_out = k  # diag(Gamma_C / Gamma) K with Gamma = 1
         chunk_decay = None
@@ -260,7 +274,9 @@ def _chunks_forward(
         # e^+-LOG_DECAY_FLOOR; a chunk whose total decay is steeper (a head that forgets within
         # the chunk) gets its two products again from the exact L.
         gamma_exp = _exp(gamma)[..., None]  # Gamma_l, (c n l 1)
-        kq = torch.cat([k, q], dim=-2) * gamma_exp.repeat(1, 1, 2, 1)  # diag(Gamma) [K; Q]
+        _mul_into(kq[..., :C, :], k, gamma_exp)  # diag(Gamma) [K; Q]
+        _mul_into(kq[..., C:, :], q, gamma_exp)
+        rhs[..., :dk] = kq[..., :C, :]  # [diag(Gamma) K | V]
         k_inv_t = (k * _exp(-gamma, max=-LOG_DECAY_FLOOR)[..., None]).transpose(-1, -2)
         k_out = k * _exp(gamma[..., -1:] - gamma)[..., None]  # diag(Gamma_C / Gamma) K
         chunk_decay = gamma_exp[:, :, -1:]  # Gamma_C, (c n 1 1)
@@ -278,7 +294,7 @@ def _chunks_forward(
             A[ic, i_n] = (k_j @ k_j_t).to(wide) * decay_j  # (j l s)
             scores[ic, i_n] = ((q[ic, i_n].to(low) @ k_j_t) * decay_j).to(low)  # (j l s)
     scores = scores.tril_()  # Q K^T * L, s <= l
-    k_in, q = kq[..., :C, :], kq[..., C:, :]  # diag(Gamma) K, diag(Gamma) Q
+    q = kq[..., C:, :]  # diag(Gamma) Q
 
     # (1)-(3): with T = (diag(1 / beta) + tril(K K^T * L, -1))^{-1}, the WY factors
     # W = T diag(Gamma) K and U~ = T V are one batched triangular solve for every chunk
@@ -289,7 +305,6 @@ def _chunks_forward(
     # right-hand side): LAPACK then takes the row-major system as the transposed
     # column-major one and copies nothing, which halves the solve's time on CPU
     A.diagonal(dim1=-2, dim2=-1).copy_(1.0 / beta)  # (1), in place on a fresh tensor
-    rhs = torch.cat([k_in, v], dim=-1)  # [diag(Gamma) K | V], (c n l k+v)
     out = None if _tracks_grad(A, rhs) else rhs
     wu = torch.linalg.solve_triangular(A, rhs, upper=False, out=out)  # (2), (3)
     w, u_tilde = wu[..., :dk].to(low), wu[..., dk:].to(low)  # W (c n l k), U~ (c n l v)
@@ -336,19 +351,23 @@ def _pass_state(
             S = S if decay is None else S * decay
             states.append(S + torch.bmm(k_out_t[c], values[-1]))  # (6), (n k v)
         return torch.stack(values), torch.stack(states)
-    values = torch.empty_like(u_tilde)  # (c n l v)
+    values = u_tilde.clone(memory_format=torch.contiguous_format)  # U~, then U, (c n l v)
     states = state.new_empty(n_chunks + 1, *state.shape)  # (c+1 n k v)
     states[0] = state
+    # one view per chunk up front (indexing in the loop costs a dispatch each), and K_out^T
+    # contiguous, so that the matmul reads it as it is
+    W, U, S = w.unbind(0), values.unbind(0), states.unbind(0)
+    K_out_t = k_out_t.contiguous().unbind(0)
     for c, decay in enumerate(decays):
-        torch.baddbmm(u_tilde[c], w[c], states[c].to(low), alpha=-1, out=values[c])  # (4)
+        U[c].baddbmm_(W[c], S[c].to(low), alpha=-1)  # (4), U = U~ - W S_0
         if decay is None:
-            states[c + 1] = states[c]
+            S[c + 1].copy_(S[c])
         else:
-            torch.mul(states[c], decay, out=states[c + 1])  # Gamma_C S_0
+            torch.mul(S[c], decay, out=S[c + 1])  # Gamma_C S_0
         if low == states.dtype:
-            states[c + 1].baddbmm_(k_out_t[c], values[c])  # (6)
+            S[c + 1].baddbmm_(K_out_t[c], U[c])  # (6)
         else:
-            states[c + 1] += torch.bmm(k_out_t[c], values[c])  # (6), fp32 += bf16 product
+            S[c + 1].add_(torch.bmm(K_out_t[c], U[c]))  # (6), fp32 += bf16 product
     return values, states
 
 
