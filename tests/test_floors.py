@@ -8,6 +8,7 @@ carry it."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -161,13 +162,31 @@ def test_the_cells_table_keeps_its_floors_through_csv(tmp_path):
 
 
 def test_a_table_without_floor_columns_gets_them_from_its_own():
-    shipped = tables.read_cells("results/precollected/cpu/tables/cells.csv")
+    """A shipped table from before the floors (the task run's block cells) gets its
+    bandwidth and compute floors from its own columns, and no dispatch floor."""
+    shipped = tables.read_cells("results/precollected/tasks-cpu/tables/cells.csv")
     assert not floors.has_floors(shipped)
     filled = floors.ensure_floors(shipped)
     row = filled[filled.status == "ok"].iloc[0]
     assert row.t_bandwidth_s == pytest.approx(row.bytes / (row.ceiling_bw_gbps * 1e9))
     assert row.t_compute_s == pytest.approx(row.flop / (row.ceiling_tflops * 1e12))
     assert floors.dispatch_missing(filled)
+
+
+def test_the_shipped_cpu_run_carries_its_floors():
+    """The shipped cpu run was aggregated with its operator counts and dispatch cost: its
+    dispatch floors are n_ops times the device record's cost, and ensure_floors keeps
+    the table as it is."""
+    import json
+
+    shipped = tables.read_cells("results/precollected/cpu/tables/cells.csv")
+    assert floors.has_floors(shipped) and floors.ensure_floors(shipped) is shipped
+    device = json.loads(Path("results/precollected/cpu/device.json").read_text())
+    counted = shipped[(shipped.status == "ok") & (shipped.n_ops_kind == "aten_ops")]
+    assert len(counted) > 100
+    expected = counted.n_ops * device["dispatch"]["eager_us"] * 1e-6
+    assert (counted.t_dispatch_s - expected).abs().max() < 1e-9
+    assert set(counted.bound) <= {"dispatch", "bandwidth", "compute"}
 
 
 def test_projected_floors_use_the_devices_numbers():

@@ -601,19 +601,26 @@ def test_the_floors_figure_draws_each_floor_and_rings_a_cell_below_one():
     plt.close(fig)
 
 
-def test_the_floors_figure_from_the_shipped_run_without_torch(tmp_path):
-    """The artifact path: the shipped cpu run's cells.csv (no floor columns, no operator
-    counts) in a process where torch cannot be imported; the bandwidth and compute floors
-    are drawn and the title says the dispatch floor is missing."""
+@pytest.mark.parametrize(
+    "run, floors_drawn, device",
+    [("cpu", 3, "Intel(R) Xeon(R) Processor"), ("tasks-cpu", 2, "AMD EPYC")],
+)
+def test_the_floors_figure_from_the_shipped_run_without_torch(tmp_path, run, floors_drawn, device):
+    """The artifact path: a shipped run's cells.csv in a process where torch cannot be
+    imported.  The cpu run carries its operator counts and dispatch cost: all three floors
+    are drawn.  The task run is from before them (no floor columns, no counts): the
+    bandwidth and compute floors are drawn and the title says the dispatch floor is
+    missing."""
     import subprocess
     import sys
 
     out_png = tmp_path / "floors.png"
+    table = REPO / "results" / "precollected" / run / "tables" / "cells.csv"
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "from ssmbench import figures, tables\n"
         "from ssmbench.figures.style import FLOOR_STYLES\n"
-        f"cells = tables.read_cells({str(PRECOLLECTED / 'cells.csv')!r})\n"
+        f"cells = tables.read_cells({str(table)!r})\n"
         "fig = figures.draw('floors', cells)\n"
         f"figures.save(fig, {str(out_png)!r})\n"
         "ax = [a for a in fig.axes if a.get_title() == 'mamba2, decode'][0]\n"
@@ -625,7 +632,8 @@ def test_the_floors_figure_from_the_shipped_run_without_torch(tmp_path):
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    floors_drawn, title = out.stdout.strip().splitlines()
-    assert floors_drawn == "2"  # bandwidth and compute; no dispatch
-    assert "dispatch floor missing" in title and "AMD EPYC" in title
+    drawn, title = out.stdout.strip().splitlines()
+    assert drawn == str(floors_drawn)
+    assert ("dispatch floor missing" in title) == (floors_drawn == 2), title
+    assert device in title
     assert out_png.stat().st_size > 10000
