@@ -265,7 +265,7 @@ def _chunks_forward(
     if gamma is None:
         kq[..., :C, :], kq[..., C:, :], rhs[..., :dk] = k, q, k  # [K; Q], [K | V]
         k_inv_t = k.transpose(-1, -2)  # (c n k s)
-        k_out = k  # diag(Gamma_C / Gamma) K with Gamma = 1
+        k_out_t = k.transpose(-1, -2)  # (diag(Gamma_C / Gamma) K)^T with Gamma = 1
         chunk_decay = None
     else:
         # L_ls = exp(gamma_l - gamma_s) = Gamma_l / Gamma_s on s <= l is rank one: Gamma_l
@@ -278,7 +278,11 @@ def _chunks_forward(
         _mul_into(kq[..., C:, :], q, gamma_exp)
         rhs[..., :dk] = kq[..., :C, :]  # [diag(Gamma) K | V]
         k_inv_t = (k * _exp(-gamma, max=-LOG_DECAY_FLOOR)[..., None]).transpose(-1, -2)
-        k_out = k * _exp(gamma[..., -1:] - gamma)[..., None]  # diag(Gamma_C / Gamma) K
+        # K_out^T = (diag(Gamma_C / Gamma) K)^T, written transposed in one pass: the state
+        # loop reads it as a contiguous (k, l) operand per chunk
+        k_out_t = k.new_empty(*k.shape[:2], dk, C)  # (c n k l)
+        decay_out = _exp(gamma[..., -1:] - gamma)[..., None, :]  # Gamma_C / Gamma, (c n 1 l)
+        _mul_into(k_out_t, k.transpose(-1, -2), decay_out)
         chunk_decay = gamma_exp[:, :, -1:]  # Gamma_C, (c n 1 1)
     products = kq.to(low) @ k_inv_t.to(low)  # (c n 2l s), fresh
     A = products[..., :C, :].to(wide)  # k_l^T k_s L_ls, (c n l s); reads s < l
@@ -293,7 +297,10 @@ def _chunks_forward(
             k_j, k_j_t = k[ic, i_n].to(low), k[ic, i_n].transpose(-1, -2).to(low)  # (j l k)
             A[ic, i_n] = (k_j @ k_j_t).to(wide) * decay_j  # (j l s)
             scores[ic, i_n] = ((q[ic, i_n].to(low) @ k_j_t) * decay_j).to(low)  # (j l s)
-    scores = scores.tril_()  # Q K^T * L, s <= l
+    # Q K^T * L, s <= l: a multiply by the causal mask, ~7x faster than tril_ on this
+    # strided view; the entries it zeroes are finite (each decay factor stays within
+    # e^+-LOG_DECAY_FLOOR), so none becomes NaN
+    scores = scores.mul_(torch.ones(C, C, dtype=scores.dtype, device=scores.device).tril_())
     q = kq[..., C:, :]  # diag(Gamma) Q
 
     # (1)-(3): with T = (diag(1 / beta) + tril(K K^T * L, -1))^{-1}, the WY factors
@@ -310,8 +317,7 @@ def _chunks_forward(
     w, u_tilde = wu[..., :dk].to(low), wu[..., dk:].to(low)  # W (c n l k), U~ (c n l v)
 
     # (4) and (6), chunk after chunk; then (5) for every chunk at once
-    k_out_t = k_out.transpose(-1, -2).to(low)  # (c n k l)
-    new_values, states = _pass_state(w, u_tilde, k_out_t, chunk_decay, state)
+    new_values, states = _pass_state(w, u_tilde, k_out_t.to(low), chunk_decay, state)
     S0 = states[:-1].flatten(0, 1).to(low)  # S_0 per chunk, (c*n k v)
     o = torch.bmm(scores.flatten(0, 1), new_values.flatten(0, 1))  # (Q K^T * L) U, fresh
     o.baddbmm_(q.flatten(0, 1).to(low), S0)  # (5) + diag(Gamma) Q S_0, (c*n l v)
