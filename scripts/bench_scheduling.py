@@ -17,9 +17,11 @@ in the allocation.  A real cell adds its own work (for the ci preset about 5 s o
 and setup, scripts/bench_overhead.py) on every executor.
 
 Prints per round and the median with the range over rounds: wall seconds and jobs per
-minute of each way, the grouped / ungrouped and SLURM / local rate ratios (median of the
-per-round ratios with their range, and a bootstrap interval of the ratio of median rates
-over the rounds), and the hours of pure scheduling a 1,000-cell matrix spends at each rate.
+minute of each way, the SLURM allocations each way asked for (counted from the executor's
+"submitted with SLURM jobid" lines) beside the count grouping should give, the grouped /
+ungrouped and SLURM / local rate ratios (median of the per-round ratios with their range,
+and a bootstrap interval of the ratio of median rates over the rounds), and the hours of
+pure scheduling a 1,000-cell matrix spends at each rate.
 """
 
 from __future__ import annotations

@@ -8,14 +8,15 @@ carry it."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from ssmbench import analysis, floors, tables
+from ssmbench.paths import REPO
 from tests.conftest import make_record
 
+SHIPPED = REPO / "results" / "precollected"
 LLC = 32 << 20  # 33,554,432 bytes
 # A device record: copy 40 GB/s (best sample 50), fp32 matmul 0.2 TFLOP/s (best 0.25),
 # one eager dispatch 5 us (fastest 4), one kernel inside a graph replay 2 us.
@@ -164,7 +165,7 @@ def test_the_cells_table_keeps_its_floors_through_csv(tmp_path):
 def test_a_table_without_floor_columns_gets_them_from_its_own():
     """A shipped table from before the floors (the task run's block cells) gets its
     bandwidth and compute floors from its own columns, and no dispatch floor."""
-    shipped = tables.read_cells("results/precollected/tasks-cpu/tables/cells.csv")
+    shipped = tables.read_cells(SHIPPED / "tasks-cpu" / "tables" / "cells.csv")
     assert not floors.has_floors(shipped)
     filled = floors.ensure_floors(shipped)
     row = filled[filled.status == "ok"].iloc[0]
@@ -179,9 +180,9 @@ def test_the_shipped_cpu_run_carries_its_floors():
     the table as it is."""
     import json
 
-    shipped = tables.read_cells("results/precollected/cpu/tables/cells.csv")
+    shipped = tables.read_cells(SHIPPED / "cpu" / "tables" / "cells.csv")
     assert floors.has_floors(shipped) and floors.ensure_floors(shipped) is shipped
-    device = json.loads(Path("results/precollected/cpu/device.json").read_text())
+    device = json.loads((SHIPPED / "cpu" / "device.json").read_text())
     counted = shipped[(shipped.status == "ok") & (shipped.n_ops_kind == "aten_ops")]
     assert len(counted) > 100
     expected = counted.n_ops * device["dispatch"]["eager_us"] * 1e-6
