@@ -21,7 +21,9 @@ Coverage, for each pair, over the ordered couples of runs (i, j), i != j:
 Two estimates with equally noisy, honest intervals cover each other about 83% of the time;
 much less means the interval misses a source of variance that changes between processes.
 Also prints the between-process spread of each pair (max/min and CV of its processes'
-ratios, pooled over runs) beside both intervals' mean widths.  ``--out`` keeps every
+ratios, pooled over runs) beside both intervals' mean widths, and each side's time per run
+(a step of one side between runs, the rest of the run alike, is the machine changing
+between runs: no interval from one run's processes can hold it).  ``--out`` keeps every
 process's rounds as JSON.
 """
 
@@ -156,9 +158,18 @@ def coverage(rows: list[dict]) -> tuple[list[dict], dict]:
                 coverage_replicated=sum(rep) / len(rep) if rep else float("nan"),
                 couples=len(rep),
                 run_estimates=[round(w[0], 4) for w in whole.values()],
+                run_sides=[_sides_ms(runs[run]) for run in sorted(runs)],
             )
         )
     return table, totals
+
+
+def _sides_ms(procs: list[dict]) -> tuple[float, float]:
+    """(attention, ssm): each side's median over one run's processes of its median ms."""
+    return tuple(
+        round(statistics.median(statistics.median(p[side]) for p in procs), 4)
+        for side in ("attention", "ssm")
+    )
 
 
 def report(table: list[dict], totals: dict, args) -> None:
@@ -177,6 +188,18 @@ def report(table: list[dict], totals: dict, args) -> None:
             f"{r['ratio_min']:7.3f}-{r['ratio_max']:<7.3f} {r['maxmin_in_run']:7.3f} "
             f"{r['cv_in_run']:9.3f} {r['width_one']:13.3f} {r['width_replicated']:13.3f} "
             f"{r['coverage_one']:12.0%} {r['coverage_replicated']:12.0%}"
+        )
+    print(
+        "\neach side per run, in run order (the median of its processes' medians, ms): a "
+        "step between runs on one side is the machine, not the interval"
+    )
+    for r in table:
+        attention, ssm = zip(*r["run_sides"], strict=True)
+        print(
+            f"{r['model']:9s} {r['phase']:7s} T={r['seq_len']:<6d} attention "
+            + " ".join(f"{x:.3g}" for x in attention)
+            + "   ssm "
+            + " ".join(f"{x:.3g}" for x in ssm)
         )
     for name, label in (("one", "one process"), ("replicated", f"{args.replicates} processes")):
         hit, n = totals[name]

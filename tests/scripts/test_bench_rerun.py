@@ -50,6 +50,20 @@ def test_one_process_intervals_miss_reruns_that_replicated_ones_cover():
     assert pair["width_replicated"] > 3 * pair["width_one"]
 
 
+def test_each_sides_time_per_run_shows_a_step_of_the_machine_between_runs():
+    slowed = rows()
+    for r in slowed:
+        if r["run"] == 3:  # the host's memory slower for the whole last run: attention only
+            r["attention"] = [1.25 * x for x in r["attention"]]
+    (pair,) = _module().coverage(slowed)[0]
+    (pair_before,) = _module().coverage(rows())[0]
+    attention, ssm = zip(*pair["run_sides"], strict=True)
+    assert attention[3] / attention[2] > 1.15 and attention[:3] == tuple(
+        a for a, _ in pair_before["run_sides"][:3]
+    )
+    assert ssm == tuple(s for _, s in pair_before["run_sides"])
+
+
 def test_a_small_real_run_prints_its_coverage(tmp_path):
     out = tmp_path / "rerun.json"
     cmd = [sys.executable, str(SCRIPT), "--runs", "2", "--replicates", "2", "--preset", "ci"]
@@ -57,6 +71,7 @@ def test_a_small_real_run_prints_its_coverage(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "coverage, one process:" in done.stdout and "coverage, 2 processes:" in done.stdout
+    assert "mamba2    decode  T=64     attention " in done.stdout
     saved = json.loads(out.read_text())
     assert saved["runs"] == 2 and len(saved["rows"]) == 4
     again = subprocess.run(
