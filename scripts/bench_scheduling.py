@@ -5,6 +5,10 @@ in one run on this machine, and what each rate means for a matrix of 1,000 cells
     sudo scripts/slurm_local.sh up          # or a real cluster: set SSMBENCH_SLURM_PARTITION
     python scripts/bench_scheduling.py [--jobs 60] [--group-size 30] [--rounds 3]
 
+(``--jobs 240 --group-size 20``, the profile's group size, takes about 10 minutes a round
+on a 2-core node; a small run's grouped wall is mostly the executor's status polls, so the
+grouped / ungrouped ratio grows with the number of jobs: docs/clusters.md.)
+
 Each round runs a trivial workflow of N jobs (each writes one small file: the job does no
 work, so its wall time is what running *a* job costs) three ways, in an order that turns
 from round to round so no way always runs first: locally (`--cores all`), through SLURM one

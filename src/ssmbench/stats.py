@@ -30,7 +30,7 @@ Few processes make a percentile interval too narrow: resampling k values underes
 their spread by sqrt((k - 1) / k), and the normal's quantile stands where Student's t with
 k - 1 degrees of freedom belongs.  So the process-level intervals are *expanded*
 percentile intervals (Hesterberg, "What Teachers Should Know About the Bootstrap", The
-American Statistician 69(4), 2015, section 6.2): the percentiles are taken at the tail
+American Statistician 69(4), 2015): the percentiles are taken at the tail
 alpha' / 2 = Phi(-sqrt(k / (k - 1)) t_{k-1, 1 - alpha/2}) instead of alpha / 2
 (:func:`expanded_tail`; 95% becomes 99.81% of the draws for k = 5, the draws' range for
 k = 3), from :data:`N_DRAWS` two-stage draws so that such a tail still holds a few of
@@ -262,8 +262,7 @@ def replicated_unpaired_ratio(
     ``b``: each process's samples): the ratio of their medians of process medians, and
     its interval from each side's two-stage resample (:func:`replicated_median`) drawn on
     its own, as the cells were measured apart, at the expanded tail of the side with fewer
-    processes.  NaN unless both sides have two or more
-    processes with samples."""
+    processes.  NaN unless both sides have two or more processes with samples."""
     a_usable, b_usable = _usable(a), _usable(b)
     if len(a_usable) < 2 or len(b_usable) < 2:
         return float("nan"), float("nan"), float("nan")
