@@ -3,7 +3,8 @@ pure-PyTorch form a user of transformers would otherwise run, on the same inputs
 that interleave them in one process.
 
     python scripts/bench_gated_delta.py [--seq-len 4096 1024] [--rounds 30] [--threads 2]
-                                        [--chunk 64] [--host-allocator retain] [--profile]
+                                        [--processes 5] [--chunk 64]
+                                        [--host-allocator retain] [--profile]
 
 The two sides:
 
@@ -38,14 +39,23 @@ interquartile range, transformers / ours with its 95% interval (a paired bootstr
 the rounds, :func:`ssmbench.stats.ratio_interval`), and the load average before and after
 (other jobs on the machine slow both sides, not always alike).  ``--profile`` adds
 torch.profiler's top operators of one call of each side, by self CPU time.
+
+One process's rounds know nothing of what differs between processes (the ratio moved
+1.87-1.94x between processes at T = 4096 on the 2-core VM, more than one process's
+interval), so ``--processes k`` (default 5) runs the rounds in k fresh processes, one after
+another, prints each one's line, and then per T the ratio the project reports for a pair
+measured in k processes: the median of the processes' ratios with the hierarchical 95%
+interval (:func:`ssmbench.stats.replicated_ratio`) and the processes' max / min.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -58,7 +68,7 @@ from ssmbench.models import deltanet
 from ssmbench.models.common import RandomDraws
 from ssmbench.numerics import compare
 from ssmbench.scripting import positive_int
-from ssmbench.stats import ratio_interval
+from ssmbench.stats import between_spread, ratio_interval, replicated_ratio
 
 # the cpu preset's delta-rule operator (config/config.yaml, presets.cpu.size)
 BATCH, HEADS, HEAD_DIM, CHUNK = 1, 4, 64, 64
@@ -176,6 +186,48 @@ def profile(calls: dict[str, Callable], rows: int) -> str:
     return "\n".join(tables)
 
 
+def replicated(seq_len: int, processes: list[dict[str, list[float]]]) -> str:
+    """One line for a T measured in several processes (each one's ``{side: [ms, ...]}``):
+    transformers / ours as the median of the processes' ratios with its hierarchical 95%
+    interval, the processes' ratios and their max / min."""
+    ratio, low, high, kind = replicated_ratio([(t["transformers"], t["ours"]) for t in processes])
+    per_process = [
+        statistics.median(t["transformers"]) / statistics.median(t["ours"]) for t in processes
+    ]
+    maxmin, _ = between_spread(per_process)
+    return (
+        f"T={seq_len:<5} over {len(processes)} processes: transformers/ours={ratio:.2f}x "
+        f"[{low:.2f}, {high:.2f}] ({kind}); per process "
+        + " ".join(f"{r:.2f}" for r in per_process)
+        + f"; max/min {maxmin:.3f}"
+    )
+
+
+def run_processes(argv: list[str], processes: int, seq_lens: list[int]) -> None:
+    """This script in ``processes`` fresh processes, one after another, each printing its
+    own lines (and its rounds as JSON, read here); then one :func:`replicated` line per T."""
+    times: dict[int, list[dict[str, list[float]]]] = {t: [] for t in seq_lens}
+    for i in range(processes):
+        cmd = [sys.executable, __file__, *argv, "--processes", "1", "--rounds-json"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"bench_gated_delta: process {i + 1} failed:\n{done.stderr[-3000:]}")
+        for line in done.stdout.splitlines():
+            if line.startswith(ROUNDS_JSON):
+                entry = json.loads(line[len(ROUNDS_JSON) :])
+                times[entry["seq_len"]].append(entry["times"])
+            elif "ours_ms=" in line:  # the process's own summary line
+                print(f"process {i + 1}: {line}", flush=True)
+            elif i == 0:  # the set-up and the agreement check, once
+                print(line, flush=True)
+    for seq_len, per_process in times.items():
+        print(replicated(seq_len, per_process), flush=True)
+
+
+# the prefix of the line in which a worker process hands its rounds to run_processes
+ROUNDS_JSON = "rounds-json: "
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seq-len", nargs="+", type=positive_int, default=[4096])
@@ -189,9 +241,22 @@ def main(argv: list[str] | None = None) -> None:
         default="retain",
         help="retain: as benchmark cells run (freed memory stays in the process)",
     )
+    parser.add_argument(
+        "--processes",
+        type=positive_int,
+        default=5,
+        help="fresh processes, one after another; the ratio over them (default 5)",
+    )
     parser.add_argument("--profile", action="store_true", help="profile each side once")
     parser.add_argument("--rows", type=positive_int, default=15, help="operators profiled")
+    parser.add_argument("--rounds-json", action="store_true", help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.processes > 1:
+        if args.profile:
+            parser.error("--profile profiles one process: give --processes 1 with it")
+        run_processes(argv, args.processes, args.seq_len)
+        return
     allocator = set_host_allocator(args.host_allocator)
     torch.set_num_threads(args.threads)
     print(
@@ -205,6 +270,8 @@ def main(argv: list[str] | None = None) -> None:
         before = os.getloadavg()[0]
         times = time_rounds(calls, args.rounds, args.warmup)
         print(summary(seq_len, times, (before, os.getloadavg()[0])), flush=True)
+        if args.rounds_json:
+            print(ROUNDS_JSON + json.dumps({"seq_len": seq_len, "times": times}), flush=True)
         if args.profile:
             print(profile(calls, args.rows), flush=True)
 

@@ -82,10 +82,17 @@ def test_a_convention_left_unmapped_fails_the_check(bench):
         bench.check_agreement(calls)
 
 
+SMALL = ["--seq-len", "64", "--rounds", "3", "--warmup", "0", "--chunk", "16", "--threads", "1"]
+REPLICATED = re.compile(
+    r"^T=64\s+over 2 processes: transformers/ours=(?P<ratio>[\d.]+)x "
+    r"\[(?P<lo>[\d.]+), (?P<hi>[\d.]+)\] \(hierarchical\); per process "
+    r"(?P<per>[\d.]+ [\d.]+); max/min [\d.]+$"
+)
+
+
 def test_a_small_run_prints_both_medians_and_the_ratio_in_its_interval():
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--seq-len", "64", "--rounds", "3", "--warmup", "0"]
-        + ["--chunk", "16", "--threads", "1"],
+        [sys.executable, str(SCRIPT), *SMALL, "--processes", "1"],
         capture_output=True,
         text=True,
         check=True,
@@ -94,3 +101,24 @@ def test_a_small_run_prints_both_medians_and_the_ratio_in_its_interval():
     assert len(lines) == 1, result.stdout
     ratio, low, high = (float(lines[0][key]) for key in ("ratio", "lo", "hi"))
     assert lines[0]["t"] == "64" and low <= ratio <= high
+
+
+def test_two_processes_give_each_ones_line_and_the_median_ratio_with_its_hierarchical_interval():
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *SMALL, "--processes", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = result.stdout.splitlines()
+    per_process = [
+        LINE.match(line.split(": ", 1)[1]) for line in out if line.startswith("process ")
+    ]
+    assert len(per_process) == 2 and all(per_process), result.stdout
+    (line,) = [m for line in out if (m := REPLICATED.match(line))]
+    ratios = sorted(float(m["ratio"]) for m in per_process)
+    # the printed per-process ratios are the processes' own lines' ratios, and the
+    # estimate is their median (of two: their mean), inside its interval
+    assert sorted(float(x) for x in line["per"].split()) == pytest.approx(ratios, abs=0.006)
+    ratio, low, high = (float(line[key]) for key in ("ratio", "lo", "hi"))
+    assert ratio == pytest.approx(sum(ratios) / 2, abs=0.006) and low <= ratio <= high
