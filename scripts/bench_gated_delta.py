@@ -68,7 +68,7 @@ from ssmbench.models import deltanet
 from ssmbench.models.common import RandomDraws
 from ssmbench.numerics import compare
 from ssmbench.scripting import positive_int
-from ssmbench.stats import between_spread, ratio_interval, replicated_ratio
+from ssmbench.stats import between_spread, ratio_interval, ratio_of_medians, replicated_ratio
 
 # the cpu preset's delta-rule operator (config/config.yaml, presets.cpu.size)
 BATCH, HEADS, HEAD_DIM, CHUNK = 1, 4, 64, 64
@@ -191,9 +191,7 @@ def replicated(seq_len: int, processes: list[dict[str, list[float]]]) -> str:
     transformers / ours as the median of the processes' ratios with its hierarchical 95%
     interval, the processes' ratios and their max / min."""
     ratio, low, high, kind = replicated_ratio([(t["transformers"], t["ours"]) for t in processes])
-    per_process = [
-        statistics.median(t["transformers"]) / statistics.median(t["ours"]) for t in processes
-    ]
+    per_process = [float(ratio_of_medians(t["transformers"], t["ours"])) for t in processes]
     maxmin, _ = between_spread(per_process)
     return (
         f"T={seq_len:<5} over {len(processes)} processes: transformers/ours={ratio:.2f}x "

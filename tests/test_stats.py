@@ -133,7 +133,8 @@ def test_a_reruns_estimate_falls_inside_the_expanded_interval_as_often_as_it_sho
     """Five processes per run, each landing 5% off the true ratio at random, rounds 2%
     noisy: two estimates with honest 95% intervals fall inside each other's about 83% of
     the time.  The expanded percentiles reach that; the plain percentiles of the same
-    draws, too narrow for five processes, fall short of it."""
+    draws, too narrow here (five processes whose rounds add noise of their own), fall short
+    of it."""
     trials, expanded, plain = 200, 0, 0
     for seed in range(trials):
         run = processes(5, process_sd=0.05, seed=seed)
