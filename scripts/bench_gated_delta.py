@@ -9,7 +9,7 @@ that interleave them in one process.
 The two sides:
 
 - ``ours``: :func:`ssmbench.models.deltanet.delta_rule_torch` (the WY / UT chunked form:
-  every chunk's intra-chunk terms in batched matmuls and one triangular solve, then a loop
+  every chunk's intra-chunk terms in batched matmuls and triangular solves, then a loop
   over chunks that only carries the state).
 - ``transformers``: ``torch_chunk_gated_delta_rule`` of
   ``transformers.models.qwen3_next.modeling_qwen3_next``, the module's own function
@@ -24,13 +24,12 @@ as scripts/bench_ratios.py draws them.
 
 Conventions.  Both compute S_t = a_t (S_{t-1} - beta_t k_t k_t^T S_{t-1}) + beta_t k_t
 v_t^T, o_t = S_t^T q_t with a_t = exp(g_t), in the same layouts (q, k, v ``(b, t, h, .)``;
-g, beta ``(b, t, h)``; the state ``(b, h, k, v)``); transformers takes g before beta.  Two
-differences, mapped: transformers always scales q by d_k^-0.5 inside, our operator scales
-nothing (the block does), so our timed call scales q first; and its in-kernel L2
-normalisation stays off (``use_qk_l2norm_in_kernel=False``), since the keys and queries
-are unit vectors already.  Before timing, each T's outputs o and final states of the two
-sides are compared under the fp32 tolerances (:func:`ssmbench.numerics.compare`); a
-mismatch stops the script.
+g, beta ``(b, t, h)``; the state ``(b, h, k, v)``); transformers takes g before beta.  Both
+scale q by d_k^-0.5 inside (ours as told by ``scale=``, as the block calls it), and
+transformers' in-kernel L2 normalisation stays off (``use_qk_l2norm_in_kernel=False``),
+since the keys and queries are unit vectors already.  Before timing, each T's outputs o and
+final states of the two sides are compared under the fp32 tolerances
+(:func:`ssmbench.numerics.compare`); a mismatch stops the script.
 
 Each round calls each side twice in a row and times the second call (the first puts the
 side's buffers in cache where the other side's call left its own), the order of the sides
@@ -40,8 +39,8 @@ the rounds, :func:`ssmbench.stats.ratio_interval`), and the load average before 
 (other jobs on the machine slow both sides, not always alike).  ``--profile`` adds
 torch.profiler's top operators of one call of each side, by self CPU time.
 
-One process's rounds know nothing of what differs between processes (the ratio moved
-1.87-1.94x between processes at T = 4096 on the 2-core VM, more than one process's
+One process's rounds know nothing of what differs between processes (the ratio moved by
+up to 8% between processes at T = 4096 on the 2-core VM, more than one process's
 interval), so ``--processes k`` (default 5) runs the rounds in k fresh processes, one after
 another, prints each one's line, and then per T the ratio the project reports for a pair
 measured in k processes: the median of the processes' ratios with the hierarchical 95%
@@ -111,7 +110,7 @@ def sides(inputs: dict[str, torch.Tensor], chunk: int) -> dict[str, Callable]:
 
     def ours() -> tuple[torch.Tensor, torch.Tensor]:
         return deltanet.delta_rule_torch(
-            q * scale, k, v, beta, g=g, chunk_size=chunk, initial_state=state
+            q, k, v, beta, g=g, chunk_size=chunk, initial_state=state, scale=scale
         )
 
     def transformers() -> tuple[torch.Tensor, torch.Tensor]:

@@ -276,7 +276,7 @@ def mamba3_op_flop(b: int, t: int, h: int, p: int, n: int, g: int, chunk: int) -
 def delta_rule_op_flop(b: int, t: int, h: int, dk: int, dv: int, chunk: int) -> float:
     """Executed FLOPs of the chunked (WY / UT) delta rule per chunk of length C and head
     (DeltaNet paper, section 3, as :func:`ssmbench.models.deltanet.delta_rule_torch` runs
-    it): K K^T and Q K^T (2 C^2 dk each, one matmul), the triangular solve for W and U~ with
+    it): K K^T and Q K^T (2 C^2 dk each), the triangular solves for W and U~ with
     C^2 FLOPs per right-hand-side column (C^2 (dk + dv)), the product of Q K^T with U
     (2 C^2 dv), and W S, Q S and the state update K^T U (2 C dk dv each)."""
     C = min(chunk, t)  # a chunk longer than the sequence runs as one chunk of t tokens

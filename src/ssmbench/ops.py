@@ -18,8 +18,9 @@ C, n state size, r rotation angles); each op returns its output and final state,
 - ``mamba3(x, dt, A, B, C, theta, lam, D, chunk_size, initial_state)``: as ``ssd`` but A
   ``(b, t, h)`` (a decay rate per token and head), plus theta ``(b, t, h, r)`` and lam
   ``(b, t, h)``; the state a ``Mamba3State``.
-- ``delta_rule(q, k, v, beta, g, chunk_size, initial_state)`` ((Gated) DeltaNet): q, k
-  ``(b, t, h, k)``; v ``(b, t, h, v)``; beta, g ``(b, t, h)``; state ``(b, h, k, v)``.
+- ``delta_rule(q, k, v, beta, g, chunk_size, initial_state, scale)`` ((Gated) DeltaNet): q,
+  k ``(b, t, h, k)``; v ``(b, t, h, v)``; beta, g ``(b, t, h)``; state ``(b, h, k, v)``;
+  scale multiplies the queries.
 - ``s4d(u, log_dt, A, C, D, initial_state)``: u ``(b, t, h)``; log_dt, D ``(h,)``; A, C
   complex ``(h, n)``; state ``(b, h, n)`` complex.
 """
@@ -160,18 +161,22 @@ def mamba3_step(x, dt, A, B, C, theta, lam, D=None, state=None, backend="torch")
     return fn(x, dt, A, B, C, theta, lam, D=D, state=state)
 
 
-def delta_rule(q, k, v, beta, g=None, chunk_size=64, initial_state=None, backend="torch"):
+def delta_rule(
+    q, k, v, beta, g=None, chunk_size=64, initial_state=None, scale=1.0, backend="torch"
+):
     """(Gated) DeltaNet: q, k ``(b, t, h, k)``; v ``(b, t, h, v)``; beta ``(b, t, h)``;
-    g ``(b, t, h)`` log-decay or None; state ``(b, h, k, v)`` -> ``(o (b, t, h, v), state)``.
-    See :func:`ssmbench.reference.delta_rule`."""
+    g ``(b, t, h)`` log-decay or None; state ``(b, h, k, v)`` -> ``(o (b, t, h, v), state)``;
+    the queries scaled by ``scale``.  See :func:`ssmbench.reference.delta_rule` (of the
+    scaled queries)."""
     fn = pick_backend(_family("deltanet").DELTA_RULE_BACKENDS, backend, "delta_rule")
-    return fn(q, k, v, beta, g=g, chunk_size=chunk_size, initial_state=initial_state)
+    return fn(q, k, v, beta, g=g, chunk_size=chunk_size, initial_state=initial_state, scale=scale)
 
 
-def delta_rule_step(q, k, v, beta, g=None, state=None, backend="torch"):
-    """One token of the delta rule: q, k ``(b, h, k)``; v ``(b, h, v)``; beta, g ``(b, h)``."""
+def delta_rule_step(q, k, v, beta, g=None, state=None, scale=1.0, backend="torch"):
+    """One token of the delta rule: q, k ``(b, h, k)``; v ``(b, h, v)``; beta, g ``(b, h)``;
+    the query scaled by ``scale``."""
     fn = pick_backend(_family("deltanet").DELTA_RULE_STEP_BACKENDS, backend, "delta_rule_step")
-    return fn(q, k, v, beta, g=g, state=state)
+    return fn(q, k, v, beta, g=g, state=state, scale=scale)
 
 
 def s4d(u, log_dt, A, C, D, initial_state=None, backend="torch"):

@@ -146,6 +146,42 @@ def test_delta_rule_step_matches_reference(shape, gate):
     assert_close("final_state", ref_state, final, "fp32")
 
 
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_delta_rule_scale_multiplies_the_queries(backend, gate):
+    """``scale=s`` equals the reference on s q, for the whole sequence and for the step;
+    with steep and gentle chunks in one call, since the torch backend scales the queries
+    on both of its paths (the decays' factor, and the exact decays of a steep chunk)."""
+    shape, chunk_size, scale = (1, 150, 3, 8, 6), 16, 0.3
+    q, k, v, beta, g, state = delta_inputs(shape, gate, seed=9, decay_scale=15.0)
+    if gate == "gated":
+        is_steep = steep_chunks(g, chunk_size)
+        assert is_steep.any() and not is_steep.all(), is_steep
+    ref_o, ref_state = reference(q * scale, k, v, beta, g, state)
+    o, final = ops.delta_rule(
+        q,
+        k,
+        v,
+        beta,
+        g=g,
+        chunk_size=chunk_size,
+        initial_state=state,
+        scale=scale,
+        backend=backend,
+    )
+    assert_close("o", ref_o, o, "fp32")
+    assert_close("final_state", ref_state, final, "fp32")
+    g_0 = None if g is None else g[:, 0]
+    o_0, state_1 = ops.delta_rule_step(
+        q[:, 0], k[:, 0], v[:, 0], beta[:, 0], g=g_0, state=state, scale=scale, backend=backend
+    )
+    ref_o_0, ref_state_1 = reference(
+        q[:, :1] * scale, k[:, :1], v[:, :1], beta[:, :1], None if g is None else g[:, :1], state
+    )
+    assert_close("o_step", ref_o_0[:, 0], o_0, "fp32")
+    assert_close("state_step", ref_state_1, state_1, "fp32")
+
+
 def test_delta_rule_without_initial_state_starts_from_zeros():
     q, k, v, beta, g, state = delta_inputs((2, 37, 2, 8, 6), seed=3)
     ref_o, ref_state = reference(q, k, v, beta, g, torch.zeros_like(state))

@@ -189,14 +189,21 @@ def _delta_inputs(seed: int, b: int, t: int, h: int, dk: int, dv: int, gated: bo
     return q, k, v, beta, g, _randn(gen, b, h, dk, dv)
 
 
-def _check_delta_rule(shape: tuple, gated: bool, chunk_size: int, dtype: str) -> list[Comparison]:
+def _check_delta_rule(
+    shape: tuple, gated: bool, chunk_size: int, dtype: str, scale: float
+) -> list[Comparison]:
     torch_dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype]
     q, k, v, beta, g, h0 = _delta_inputs(4, *shape, gated, torch_dtype)
     # the reference sees the rounded inputs: only the kernel's arithmetic is judged
     ref_o, ref_state = reference.delta_rule(
-        *map(to_numpy, (q, k, v, beta)), None if g is None else to_numpy(g), initial_state=h0
+        to_numpy(q) * scale,
+        *map(to_numpy, (k, v, beta)),
+        None if g is None else to_numpy(g),
+        initial_state=h0,
     )
-    o, state = deltanet.delta_rule_fused(q, k, v, beta, g, chunk_size=chunk_size, initial_state=h0)
+    o, state = deltanet.delta_rule_fused(
+        q, k, v, beta, g, chunk_size=chunk_size, initial_state=h0, scale=scale
+    )
     name = f"delta_rule_fused[{deltanet.delta_rule_impl(q.dtype, gated)}]"
     return [
         compare(f"{name}.o", ref_o, o, dtype),
@@ -204,16 +211,19 @@ def _check_delta_rule(shape: tuple, gated: bool, chunk_size: int, dtype: str) ->
     ]
 
 
-def _check_delta_rule_step(shape: tuple, gated: bool) -> list[Comparison]:
+def _check_delta_rule_step(shape: tuple, gated: bool, scale: float) -> list[Comparison]:
     q, k, v, beta, g, h0 = _delta_inputs(5, *shape, gated, torch.float32)
     ref_o, ref_state = reference.delta_rule(
-        *map(to_numpy, (q, k, v, beta)), None if g is None else to_numpy(g), initial_state=h0
+        to_numpy(q) * scale,
+        *map(to_numpy, (k, v, beta)),
+        None if g is None else to_numpy(g),
+        initial_state=h0,
     )
     state, os_, h0_before = h0, [], h0.clone()
     for i in range(q.shape[1]):
         g_t = None if g is None else g[:, i]
         o_t, state = deltanet.delta_rule_step_fused(
-            q[:, i], k[:, i], v[:, i], beta[:, i], g_t, state=state
+            q[:, i], k[:, i], v[:, i], beta[:, i], g_t, state=state, scale=scale
         )
         os_.append(o_t)
     return [
@@ -263,24 +273,24 @@ DELTA_SHAPE = (2, 45, 3, 20, 24)
 
 @needs_fla
 @pytest.mark.parametrize(
-    "gated, chunk_size, dtype",
+    "gated, chunk_size, dtype, scale",
     [
-        (True, 64, "fp32"),
-        (True, 16, "fp32"),
-        (False, 64, "fp32"),  # the gated kernel with g = 0
+        (True, 64, "fp32", 1.0),
+        (True, 16, "fp32", 20**-0.5),  # the queries scaled as the block scales them
+        (False, 64, "fp32", 1.0),  # the gated kernel with g = 0
         # chunk_delta_rule (half precision only); the interpreter has no bf16 arithmetic
-        (False, 64, "fp16"),
+        (False, 64, "fp16", 20**-0.5),
     ],
-    ids=["gated-c64", "gated-c16", "plain-fp32", "plain-fp16"],
+    ids=["gated-c64", "gated-c16-scaled", "plain-fp32", "plain-fp16-scaled"],
 )
-def test_delta_rule_fused_matches_reference(interpreter, gated, chunk_size, dtype):
-    _run(interpreter, _check_delta_rule, DELTA_SHAPE, gated, chunk_size, dtype)
+def test_delta_rule_fused_matches_reference(interpreter, gated, chunk_size, dtype, scale):
+    _run(interpreter, _check_delta_rule, DELTA_SHAPE, gated, chunk_size, dtype, scale)
 
 
 @needs_fla
-@pytest.mark.parametrize("gated", [True, False], ids=["gated", "plain"])
-def test_delta_rule_step_fused_matches_reference(interpreter, gated):
-    _run(interpreter, _check_delta_rule_step, (2, 5, 3, 20, 24), gated)
+@pytest.mark.parametrize("gated, scale", [(True, 20**-0.5), (False, 1.0)], ids=["gated", "plain"])
+def test_delta_rule_step_fused_matches_reference(interpreter, gated, scale):
+    _run(interpreter, _check_delta_rule_step, (2, 5, 3, 20, 24), gated, scale)
 
 
 # --- the contract, and the unavailable paths on a plain CPU ---------------------------------

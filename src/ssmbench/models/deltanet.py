@@ -24,8 +24,8 @@ transposed ``(d_v, d_k)``):
 
 The decay comes first: the delta-rule correction reads the decayed state a_t S_{t-1}
 (the Gated DeltaNet paper's S_t = S_{t-1} (a_t (I - beta_t k_t k_t^T)) + beta_t v_t k_t^T,
-transposed).  The operator scales nothing; the block L2-normalizes q and k and scales q
-by 1 / sqrt(d_k).
+transposed).  The operator scales the queries by ``scale`` (1 unless told, as given; fla's
+kernels take the same argument): the block L2-normalizes q and k and passes 1 / sqrt(d_k).
 
 The chunkwise form (DeltaNet paper, section 3: the WY representation and the UT
 transform; Gated DeltaNet paper, section 3: the same with the decays folded in).  Inside a
@@ -42,10 +42,10 @@ gamma_l = g_1 + ... + g_l and Gamma_l = exp(gamma_l):
 (Unrolling (R): u_l = beta_l (v_l - Gamma_l k_l^T S_0 - sum_{s<l} L_ls (k_l^T k_s) u_s),
 which is the triangular system (I + A) U = diag(beta) (V - diag(Gamma) K S_0).)  T is
 (diag(1 / beta) + tril(K K^T * L, -1))^{-1}, the same matrix, and is never formed: W and
-U~ come from one triangular solve with [diag(Gamma) K | V] as its right-hand side.
+U~ come from triangular solves with diag(Gamma) K and V as their right-hand sides.
 
 Steps (1)-(3) and the intra-chunk part of (5) do not depend on the state: they run for
-every chunk at once, as batched matmuls and one batched triangular solve.  Steps (4) and
+every chunk at once, as batched matmuls and batched triangular solves.  Steps (4) and
 (6) carry the state from chunk to chunk; each chunk needs the state the previous one
 left, so they run in a Python loop over chunks (T / C iterations of two small matmuls),
 never over tokens.  On CPU the chunks go a segment at a time (see _CPU_SEGMENT_BYTES), so
@@ -149,6 +149,7 @@ def delta_rule_naive(
     g: torch.Tensor | None = None,
     chunk_size: int | None = None,
     initial_state: torch.Tensor | None = None,
+    scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The (gated) delta rule as a Python loop over time, one rank-1 update per token.
 
@@ -158,6 +159,8 @@ def delta_rule_naive(
             initial_state: ``(b, h, k, v)`` or None for zeros.  One float dtype for all
             but the state.
         chunk_size: unused; accepted so that every backend has one signature.
+        scale: the queries' scale: o_t = S_t^T (scale q_t), as flash-linear-attention's
+            ``scale`` (the block passes 1 / sqrt(d_k); 1 scales nothing).
 
     Returns:
         o: ``(b, t, h, v)`` in the dtype of q, and the final state ``(b, h, k, v)`` in
@@ -169,6 +172,8 @@ def delta_rule_naive(
     b, T, h, dk = q.shape
     if state is None:
         state = q.new_zeros(b, h, dk, v.shape[-1])  # (b h k v)
+    if scale != 1.0:
+        q = q * scale
     outputs = []
     # one token at a time (unbind, not [:, t]: see ssmbench.models.mamba2.ssd_naive)
     gates = [None] * T if g is None else g.unbind(1)
@@ -189,38 +194,35 @@ def _exp(x: torch.Tensor, max: float | None = None) -> torch.Tensor:
 
 
 # On CPU the chunks are processed a segment at a time, with about this many bytes per
-# intermediate tensor of a segment, so that a segment's working set stays in the L2/L3
-# caches: the elementwise steps are memory-bound, and this takes ~20% off at T = 4096.
+# intermediate tensor of a segment, so that a long sequence's intermediates stay in cache
+# (the elementwise steps are memory-bound).  Measured on the 2-core VM (2 MiB of L2 per
+# core), median of 3-30 interleaved calls (batch 1, 4 heads, d_k = d_v = 64, chunk 64): at
+# T = 65536, 203 ms against 215 ms with 1 MiB and 257 ms with every chunk at once; at
+# T = 16384, 54 against 55 and 57 ms; at T <= 4096 it is every chunk at once.
 # On GPUs every chunk goes at once.
-_CPU_SEGMENT_BYTES = 1 << 20
+_CPU_SEGMENT_BYTES = 1 << 22
 
 
 def _chunk(x: torch.Tensor, chunk_size: int, pad_value: float = 0.0) -> torch.Tensor:
     """``(b, t, h, ...)`` -> ``(c, b*h, l, ...)``: time padded with ``pad_value`` to a
     multiple of ``chunk_size`` and cut into chunks, chunk-major so that the chunks of a
-    segment are one contiguous block."""
+    segment are one contiguous block.  Always a fresh tensor (never a view of ``x``), which
+    the caller may overwrite."""
     b, T, h = x.shape[:3]
     pad = -T % chunk_size
     if pad:
         x = torch.cat([x, x.new_full((b, pad, *x.shape[2:]), pad_value)], dim=1)  # (b t+pad h ...)
     x = x.unflatten(1, (-1, chunk_size))  # (b c l h ...)
     x = x.movedim((1, 3), (0, 2))  # (c b h l ...)
-    return x.reshape(x.shape[0], b * h, *x.shape[3:]).contiguous()  # (c b*h l ...)
+    out = x.new_empty(x.shape[0], b * h, *x.shape[3:])  # (c b*h l ...)
+    out.unflatten(1, (b, h)).copy_(x)
+    return out
 
 
 def _tracks_grad(*tensors: torch.Tensor) -> bool:
     """Whether autograd records operations on any of ``tensors`` (then no ``out=`` and no
     in-place update may touch them)."""
     return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
-
-
-def _mul_into(dest: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
-    """dest = x * y, written into ``dest`` (``out=`` unless autograd records the operands,
-    which ``out=`` does not support)."""
-    if _tracks_grad(x, y):
-        dest[...] = x * y
-    else:
-        torch.mul(x, y, out=dest)
 
 
 def _chunks_forward(
@@ -230,9 +232,11 @@ def _chunks_forward(
     beta: torch.Tensor,
     gamma: torch.Tensor | None,
     state: torch.Tensor,
+    scale: float = 1.0,
     matmul_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Steps (1)-(6) of the module docstring for consecutive chunks.
+    """Steps (1)-(6) of the module docstring for consecutive chunks, with the queries
+    scaled by ``scale``.
 
     With ``matmul_dtype`` bf16 (the ``torch-mixed`` backend) every matmul takes bf16
     operands (torch accumulates in fp32) and returns bf16, except that K K^T * L comes back
@@ -242,28 +246,24 @@ def _chunks_forward(
     a matmul, as here).
 
     Args:
-        q, k: ``(c, n, l, k)``; v: ``(c, n, l, v)``; beta: ``(c, n, l)``; gamma: ``(c, n,
-            l)``, the cumulative log-decay inside each chunk, or None (no decay); state:
-            ``(n, k, v)``, entering the first chunk.  ``n`` is batch times heads.
-            Float32 or wider.
+        q, k: ``(c, n, l, k)``; v: ``(c, n, l, v)``, contiguous, which the triangular
+            solve overwrites unless autograd records it (V becomes U~, then U); beta:
+            ``(c, n, l)``; gamma: ``(c, n, l)``, the cumulative log-decay inside each
+            chunk, or None (no decay); state: ``(n, k, v)``, entering the first chunk.
+            ``n`` is batch times heads.  Float32 or wider.
+        scale: the queries' scale (it multiplies diag(Gamma) Q, where it costs nothing).
         matmul_dtype: the matmul operands' dtype; None for q's.
 
     Returns:
         o ``(c, n, l, v)`` in ``matmul_dtype`` and the state leaving the last chunk
         ``(n, k, v)`` in q's dtype.
     """
-    C, dk = q.shape[2], q.shape[3]
+    C = q.shape[2]
     wide = q.dtype
     low = wide if matmul_dtype is None else matmul_dtype  # no copy when they agree
-    # K K^T * L and Q K^T * L share their right operand: one matmul of [K; Q] (the keys'
-    # rows, then the queries') per chunk, a larger one than two.  [K; Q] and the solve's
-    # right-hand side [K | V] are written in place into fresh tensors (a cat would copy
-    # its operands once more)
-    kq = q.new_empty(*q.shape[:2], 2 * C, dk)  # (c n 2l k)
-    rhs = q.new_empty(*v.shape[:3], dk + v.shape[-1])  # (c n l k+v)
-    rhs[..., dk:] = v
     if gamma is None:
-        kq[..., :C, :], kq[..., C:, :], rhs[..., :dk] = k, q, k  # [K; Q], [K | V]
+        gk = k.clone()  # the solve overwrites it, and K_out^T below is K's transpose
+        q_out = q if scale == 1.0 else q * scale  # scale diag(Gamma) Q with Gamma = 1
         k_inv_t = k.transpose(-1, -2)  # (c n k s)
         k_out_t = k.transpose(-1, -2)  # (diag(Gamma_C / Gamma) K)^T with Gamma = 1
         chunk_decay = None
@@ -274,19 +274,17 @@ def _chunks_forward(
         # e^+-LOG_DECAY_FLOOR; a chunk whose total decay is steeper (a head that forgets within
         # the chunk) gets its two products again from the exact L.
         gamma_exp = _exp(gamma)[..., None]  # Gamma_l, (c n l 1)
-        _mul_into(kq[..., :C, :], k, gamma_exp)  # diag(Gamma) [K; Q]
-        _mul_into(kq[..., C:, :], q, gamma_exp)
-        rhs[..., :dk] = kq[..., :C, :]  # [diag(Gamma) K | V]
+        gk = k * gamma_exp  # diag(Gamma) K, (c n l k)
+        q_out = q * (gamma_exp if scale == 1.0 else gamma_exp * scale)  # scale diag(Gamma) Q
         k_inv_t = (k * _exp(-gamma, max=-LOG_DECAY_FLOOR)[..., None]).transpose(-1, -2)
-        # K_out^T = (diag(Gamma_C / Gamma) K)^T, written transposed in one pass: the state
-        # loop reads it as a contiguous (k, l) operand per chunk
-        k_out_t = k.new_empty(*k.shape[:2], dk, C)  # (c n k l)
-        decay_out = _exp(gamma[..., -1:] - gamma)[..., None, :]  # Gamma_C / Gamma, (c n 1 l)
-        _mul_into(k_out_t, k.transpose(-1, -2), decay_out)
+        # K_out^T = (diag(Gamma_C / Gamma) K)^T, read transposed by the state loop's matmul
+        decay_out = _exp(gamma[..., -1:] - gamma)[..., None]  # Gamma_C / Gamma, (c n l 1)
+        k_out_t = (k * decay_out).transpose(-1, -2)  # (c n k l)
         chunk_decay = gamma_exp[:, :, -1:]  # Gamma_C, (c n 1 1)
-    products = kq.to(low) @ k_inv_t.to(low)  # (c n 2l s), fresh
-    A = products[..., :C, :].to(wide)  # k_l^T k_s L_ls, (c n l s); reads s < l
-    scores = products[..., C:, :]  # q_l^T k_s L_ls, (c n l s); masked below
+    # two products, each into a fresh contiguous tensor: the solve would copy a strided A
+    k_inv_t = k_inv_t.to(low)
+    A = (gk.to(low) @ k_inv_t).to(wide)  # k_l^T k_s L_ls, (c n l s); reads s < l
+    scores = q_out.to(low) @ k_inv_t  # q_l^T k_s L_ls, (c n l s); masked below
     if gamma is not None:
         steep = gamma[..., -1] < LOG_DECAY_FLOOR  # (c n)
         if steep.any():
@@ -296,32 +294,31 @@ def _chunks_forward(
             decay_j = _exp(gamma_j[:, :, None] - gamma_j[:, None, :], max=0.0) * causal
             k_j, k_j_t = k[ic, i_n].to(low), k[ic, i_n].transpose(-1, -2).to(low)  # (j l k)
             A[ic, i_n] = (k_j @ k_j_t).to(wide) * decay_j  # (j l s)
-            scores[ic, i_n] = ((q[ic, i_n].to(low) @ k_j_t) * decay_j).to(low)  # (j l s)
-    # Q K^T * L, s <= l: a multiply by the causal mask, ~7x faster than tril_ on this
-    # strided view.  The entries it zeroes are finite, so none becomes NaN: each decay
-    # factor stays within e^+-LOG_DECAY_FLOOR, so an entry is at most e^60 |q_l . k_s|,
-    # finite in float32 and bf16 for any |q_l . k_s| below about 3e12
-    scores = scores.mul_(torch.ones(C, C, dtype=scores.dtype, device=scores.device).tril_())
-    q = kq[..., C:, :]  # diag(Gamma) Q
+            q_j = q[ic, i_n] if scale == 1.0 else q[ic, i_n] * scale  # (j l k)
+            scores[ic, i_n] = ((q_j.to(low) @ k_j_t) * decay_j).to(low)  # (j l s)
+    scores = scores.tril_()  # Q K^T * L on s <= l; zero above, whatever the product held
 
     # (1)-(3): with T = (diag(1 / beta) + tril(K K^T * L, -1))^{-1}, the WY factors
-    # W = T diag(Gamma) K and U~ = T V are one batched triangular solve for every chunk
-    # at once: 1 / beta on the diagonal (which saves scaling K and V by beta) and
-    # [diag(Gamma) K | V] as the right-hand side, C^2 (k + v) FLOPs per chunk where
-    # forming T and multiplying it out take C^3 + 2 C^2 (k + v).  The solve reads only
-    # the lower triangle of A.  Without autograd it solves in place (``out=`` the
-    # right-hand side): LAPACK then takes the row-major system as the transposed
-    # column-major one and copies nothing, which halves the solve's time on CPU
+    # W = T diag(Gamma) K and U~ = T V are batched triangular solves for every chunk at
+    # once: 1 / beta on the diagonal (which saves scaling K and V by beta) and diag(Gamma)
+    # K and V as the right-hand sides, C^2 (k + v) FLOPs per chunk where forming T and
+    # multiplying it out take C^3 + 2 C^2 (k + v).  The solves read only the lower
+    # triangle of A.  Without autograd each solves in place (``out=`` its right-hand
+    # side): LAPACK then takes the row-major system as the transposed column-major one and
+    # copies nothing, which halves a solve's time on CPU.  That needs contiguous A and
+    # right-hand sides, so there are two solves rather than one of [diag(Gamma) K | V]:
+    # U~ then needs no copy to be updated in place into U by the state loop
     A.diagonal(dim1=-2, dim2=-1).copy_(1.0 / beta)  # (1), in place on a fresh tensor
-    out = None if _tracks_grad(A, rhs) else rhs
-    wu = torch.linalg.solve_triangular(A, rhs, upper=False, out=out)  # (2), (3)
-    w, u_tilde = wu[..., :dk].to(low), wu[..., dk:].to(low)  # W (c n l k), U~ (c n l v)
+    in_place = not _tracks_grad(A, gk, v)
+    w = torch.linalg.solve_triangular(A, gk, upper=False, out=gk if in_place else None)
+    u_tilde = torch.linalg.solve_triangular(A, v, upper=False, out=v if in_place else None)
+    w, u_tilde = w.to(low), u_tilde.to(low)  # W (c n l k), U~ (c n l v)
 
     # (4) and (6), chunk after chunk; then (5) for every chunk at once
     new_values, states = _pass_state(w, u_tilde, k_out_t.to(low), chunk_decay, state)
     S0 = states[:-1].flatten(0, 1).to(low)  # S_0 per chunk, (c*n k v)
     o = torch.bmm(scores.flatten(0, 1), new_values.flatten(0, 1))  # (Q K^T * L) U, fresh
-    o.baddbmm_(q.flatten(0, 1).to(low), S0)  # (5) + diag(Gamma) Q S_0, (c*n l v)
+    o.baddbmm_(q_out.flatten(0, 1).to(low), S0)  # (5) + diag(Gamma) Q S_0, (c*n l v)
     return o.view_as(u_tilde), states[-1].clone()  # the last state, in its own storage
 
 
@@ -337,16 +334,18 @@ def _pass_state(
     once (T / C iterations).
 
     Args:
-        w, u_tilde: W ``(c, n, l, k)`` and U~ ``(c, n, l, v)`` in the matmul dtype;
-            k_out_t: K_out^T = (diag(Gamma_C / Gamma) K)^T ``(c, n, k, l)`` in the same;
+        w, u_tilde: W ``(c, n, l, k)`` and U~ ``(c, n, l, v)`` in the matmul dtype (U~
+            contiguous: without autograd it is updated into U in place); k_out_t: K_out^T
+            = (diag(Gamma_C / Gamma) K)^T ``(c, n, k, l)`` in the same (any strides);
             chunk_decay: Gamma_C ``(c, n, 1, 1)`` or None (no decay); state: ``(n, k, v)``
             entering the first chunk, float32 or wider.
 
     Returns:
         U ``(c, n, l, v)`` in the matmul dtype and the states ``(c + 1, n, k, v)`` in
         ``state``'s dtype: entering each chunk, then leaving the last.  Without autograd
-        every step writes into those two tensors (``out=``, no allocation per chunk); the
-        state's matmul is accumulated in place when its operands share the state's dtype.
+        U is ``u_tilde`` itself and every step writes into U and the states (in place or
+        ``out=``, no allocation per chunk); the state's matmul is accumulated in place
+        when its operands share the state's dtype.
     """
     low, n_chunks = w.dtype, w.shape[0]
     decays = [None] * n_chunks if chunk_decay is None else chunk_decay.unbind(0)
@@ -358,13 +357,11 @@ def _pass_state(
             S = S if decay is None else S * decay
             states.append(S + torch.bmm(k_out_t[c], values[-1]))  # (6), (n k v)
         return torch.stack(values), torch.stack(states)
-    values = u_tilde.clone(memory_format=torch.contiguous_format)  # U~, then U, (c n l v)
+    values = u_tilde  # U~, then U, (c n l v)
     states = state.new_empty(n_chunks + 1, *state.shape)  # (c+1 n k v)
     states[0] = state
-    # one view per chunk up front (indexing in the loop costs a dispatch each), and K_out^T
-    # contiguous, so that the matmul reads it as it is
-    W, U, S = w.unbind(0), values.unbind(0), states.unbind(0)
-    K_out_t = k_out_t.contiguous().unbind(0)
+    # one view per chunk up front (indexing in the loop costs a dispatch each)
+    W, U, S, K_out_t = w.unbind(0), values.unbind(0), states.unbind(0), k_out_t.unbind(0)
     for c, decay in enumerate(decays):
         U[c].baddbmm_(W[c], S[c].to(low), alpha=-1)  # (4), U = U~ - W S_0
         if decay is None:
@@ -386,9 +383,10 @@ def delta_rule_torch(
     g: torch.Tensor | None = None,
     chunk_size: int = 64,
     initial_state: torch.Tensor | None = None,
+    scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The (gated) delta rule, chunkwise: the WY representation / UT transform inside each
-    chunk as batched matmuls and one batched triangular solve, the state carried across
+    chunk as batched matmuls and batched triangular solves, the state carried across
     chunks by a loop over chunks (steps (1)-(6) of the module docstring).
 
     The cumulative log-decay is summed in float32 (as flash-linear-attention does): the
@@ -400,16 +398,17 @@ def delta_rule_torch(
         as :func:`delta_rule_naive`, with beta in (0, 1) and g <= 0 strictly required
             (the chunked form divides by beta and clamps the log-decays between two
             tokens to <= 0); chunk_size: tokens per chunk C (>= 1; C >= t is the fully
-            parallel single-chunk form).  Any C gives the same result.
+            parallel single-chunk form).  Any C gives the same result.  ``scale`` rides on
+            the decays that scale the queries anyway (no pass of its own when gated).
 
     Returns:
         o: ``(b, t, h, v)`` in the dtype of q, and the final state ``(b, h, k, v)`` in
         float32 or wider.
     """
-    return _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, matmul_dtype=None)
+    return _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, scale, None)
 
 
-def _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, matmul_dtype):
+def _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, scale, matmul_dtype):
     """:func:`delta_rule_torch` with the matmuls' operands in ``matmul_dtype`` (None: the
     widened inputs' float32)."""
     _check_shapes(q, k, v, beta, g, initial_state, "delta_rule")
@@ -440,7 +439,7 @@ def _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, matmul_dtyp
         part = slice(start, start + segment)
         gamma_part = None if gamma is None else gamma[part]
         o, state = _chunks_forward(
-            q[part], k[part], v[part], beta[part], gamma_part, state, matmul_dtype
+            q[part], k[part], v[part], beta[part], gamma_part, state, scale, matmul_dtype
         )
         outputs.append(o.unflatten(1, (b, h)).movedim((0, 3), (1, 2)))  # (b c l h v)
     o = torch.cat(outputs, dim=1).reshape(b, -1, h, dv)[:, :T]  # (b t h v)
@@ -455,6 +454,7 @@ def delta_rule_mixed(
     g: torch.Tensor | None = None,
     chunk_size: int = 64,
     initial_state: torch.Tensor | None = None,
+    scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The (gated) delta rule, chunkwise, in mixed precision (the ``torch-mixed``
     backend): :func:`delta_rule_torch` with its matmuls on bf16 operands of q's dtype (fp32
@@ -467,7 +467,7 @@ def delta_rule_mixed(
     Args and returns as :func:`delta_rule_torch`.
     """
     matmul_dtype = mixed_matmul_dtype(q)
-    return _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, matmul_dtype)
+    return _delta_rule_chunked(q, k, v, beta, g, chunk_size, initial_state, scale, matmul_dtype)
 
 
 def delta_rule_step(
@@ -477,12 +477,14 @@ def delta_rule_step(
     beta: torch.Tensor,
     g: torch.Tensor | None = None,
     state: torch.Tensor | None = None,
+    scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token of the (gated) delta rule (the recurrent form, for decode).
 
     Args:
         q, k: ``(b, h, k)``; v: ``(b, h, v)``; beta: ``(b, h)`` in (0, 1); g: ``(b, h)``
-            log-decay or None; state: ``(b, h, k, v)`` or None for zeros.
+            log-decay or None; state: ``(b, h, k, v)`` or None for zeros; scale: the
+            queries' scale, as :func:`delta_rule_naive`.
 
     Returns:
         o: ``(b, h, v)`` in the dtype of q and the new state ``(b, h, k, v)`` in float32
@@ -494,7 +496,7 @@ def delta_rule_step(
     q, k, v, beta, g, state = widen(q, k, v, beta, g, state)
     if state is None:
         state = q.new_zeros(*q.shape, v.shape[-1])  # (b h k v)
-    o, state = _recurrent_update(state, q, k, v, beta, g)
+    o, state = _recurrent_update(state, q if scale == 1.0 else q * scale, k, v, beta, g)
     return o.to(out_dtype), state
 
 
@@ -527,6 +529,7 @@ def delta_rule_fused(
     g: torch.Tensor | None = None,
     chunk_size: int = 64,
     initial_state: torch.Tensor | None = None,
+    scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(Gated) DeltaNet by fla's chunked Triton kernels.
 
@@ -534,16 +537,16 @@ def delta_rule_fused(
         as :func:`ssmbench.ops.delta_rule`: q, k ``(b, t, h, k)`` (already L2-normalized);
             v ``(b, t, h, v)``; beta ``(b, t, h)``; g ``(b, t, h)`` log-decay or None;
             initial_state ``(b, h, k, v)``; chunk_size: fla's chunk (16, 32 or 64; any
-            other value runs 64, which gives the same result).
+            other value runs 64, which gives the same result); scale: the queries' scale.
 
     Returns:
         o ``(b, t, h, v)`` in the dtype of q and the final state ``(b, h, k, v)`` float32.
 
-    fla's layouts are ours (its default state layout is ``[N, H, K, V]``).  It scales q
-    by ``K ** -0.5`` unless told otherwise: ``scale=1.0`` here, since our operator does not
-    scale.  g is passed in float32 (fla's own layers compute it so).  Without g, half
-    precision runs ``chunk_delta_rule``; float32, which that kernel refuses, runs the gated
-    kernel with g = 0, the same recurrence (:func:`delta_rule_impl` names the kernel).
+    fla's layouts are ours (its default state layout is ``[N, H, K, V]``).  fla scales q
+    by ``K ** -0.5`` unless told otherwise: it is told ours (1 by default).  g is passed in
+    float32 (fla's own layers compute it so).  Without g, half precision runs
+    ``chunk_delta_rule``; float32, which that kernel refuses, runs the gated kernel with
+    g = 0, the same recurrence (:func:`delta_rule_impl` names the kernel).
     """
     kernels.check_tensors(q, k, v, beta, g, initial_state)
     reason = delta_rule_shape_reason(k.shape[-1], v.shape[-1])
@@ -551,7 +554,7 @@ def delta_rule_fused(
         raise BackendUnavailable(reason)
     h0 = None if initial_state is None else initial_state.float().contiguous()
     chunk = chunk_size if chunk_size in (16, 32, 64) else 64
-    common = dict(scale=1.0, initial_state=h0, output_final_state=True, chunk_size=chunk)
+    common = dict(scale=scale, initial_state=h0, output_final_state=True, chunk_size=chunk)
     if delta_rule_impl(q.dtype, g is not None) == "fla.chunk_delta_rule":
         kernel = kernels.kernel_module("fla.ops.delta_rule", "fla").chunk_delta_rule
         o, final_state = kernel(q, k, v, beta, **common)
@@ -569,23 +572,25 @@ def delta_rule_step_fused(
     beta: torch.Tensor,
     g: torch.Tensor | None = None,
     state: torch.Tensor | None = None,
+    scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token of the (gated) delta rule by fla's fused recurrent Triton kernels.
 
     Args:
         as :func:`ssmbench.ops.delta_rule_step`: q, k ``(b, h, k)``; v ``(b, h, v)``;
-            beta, g ``(b, h)``; state ``(b, h, k, v)`` or None (zeros).
+            beta, g ``(b, h)``; state ``(b, h, k, v)`` or None (zeros); scale: the
+            queries' scale.
 
     Returns:
         o ``(b, h, v)`` in the dtype of q and the new state ``(b, h, k, v)`` float32.
 
-    The token gets a length-1 time axis (fla's ``(b, t, h, .)`` layout); scale=1.0 as in
-    :func:`delta_rule_fused`.  fla writes the new state to a fresh tensor.
+    The token gets a length-1 time axis (fla's ``(b, t, h, .)`` layout); scale passed as
+    in :func:`delta_rule_fused`.  fla writes the new state to a fresh tensor.
     """
     kernels.check_tensors(q, k, v, beta, g, state)
     h0 = None if state is None else state.float().contiguous()
     tokens = [x[:, None] for x in (q, k, v, beta)]  # (b 1 h .)
-    common = dict(scale=1.0, initial_state=h0, output_final_state=True)
+    common = dict(scale=scale, initial_state=h0, output_final_state=True)
     if g is None:
         kernel = kernels.kernel_module("fla.ops.delta_rule", "fla").fused_recurrent_delta_rule
         o, new_state = kernel(*tokens[:3], beta=tokens[3], **common)
@@ -671,10 +676,10 @@ class DeltaNetMixer(nn.Module):
     GatedDeltaNet layers build it (without their output gate):
 
         q, k, v = silu(short causal depthwise conv(q_proj(x), k_proj(x), v_proj(x)))
-        q, k    = l2_normalize(q, k) per head;  q *= 1 / sqrt(d_k)
+        q, k    = l2_normalize(q, k) per head
         beta    = sigmoid(b_proj(x))                                   (b, t, h)
         g       = -exp(A_log) * softplus(a_proj(x) + dt_bias)          (gated only; <= 0)
-        o, S    = delta_rule(q, k, v, beta, g)
+        o, S    = delta_rule(q, k, v, beta, g, scale=1 / sqrt(d_k))
         out     = out_proj(RMSNorm(o) per head)
 
     ``gated=True`` is Gated DeltaNet (the benchmark's ``deltanet`` block, so that the
@@ -699,6 +704,7 @@ class DeltaNetMixer(nn.Module):
         self.d_conv = d_conv
         self.chunk_size = chunk_size
         self.gated = gated
+        self.scale = head_dim**-0.5  # the queries' scale, passed to the operator
         inner = n_heads * head_dim
 
         self.q_proj = nn.Linear(d_model, inner, bias=False)
@@ -728,10 +734,10 @@ class DeltaNetMixer(nn.Module):
         return beta, g
 
     def _heads(self, q, k, v):
-        """Split ``(..., h*k)`` into heads ``(..., h, k)``, L2-normalize q and k, scale q."""
+        """Split ``(..., h*k)`` into heads ``(..., h, k)`` and L2-normalize q and k (the
+        operator scales q by 1 / sqrt(d_k), :attr:`scale`)."""
         q, k, v = (x.unflatten(-1, (self.n_heads, self.head_dim)) for x in (q, k, v))
-        q = _l2_normalize(q) * self.head_dim**-0.5  # (... h k)
-        return q, _l2_normalize(k), v
+        return _l2_normalize(q), _l2_normalize(k), v  # (... h k), (... h k), (... h v)
 
     def forward(self, x: torch.Tensor, backend: str) -> tuple[torch.Tensor, DeltaNetCache]:
         """x: ``(b, t, d_model)`` -> y ``(b, t, d_model)`` and the cache
@@ -745,7 +751,9 @@ class DeltaNetMixer(nn.Module):
         v, v_state = self.v_conv1d(self.v_proj(x))  # (b t h*v), (b h*v d_conv)
         q, k, v = self._heads(q, k, v)  # (b t h k), (b t h k), (b t h v)
         beta, g = self._gates(x)  # (b t h) each
-        o, state = delta_rule(q, k, v, beta, g=g, chunk_size=self.chunk_size)  # (b t h v)
+        o, state = delta_rule(
+            q, k, v, beta, g=g, chunk_size=self.chunk_size, scale=self.scale
+        )  # (b t h v)
         y = self.out_proj(self.o_norm(o).flatten(-2))  # (b t d_model)
         return y, (q_state, k_state, v_state, state)
 
@@ -761,7 +769,7 @@ class DeltaNetMixer(nn.Module):
         v, v_state = self.v_conv1d.step(self.v_proj(x_t), v_state)  # (b h*v)
         q, k, v = self._heads(q, k, v)  # (b h k), (b h k), (b h v)
         beta, g = self._gates(x_t)  # (b h) each
-        o, state = step(q, k, v, beta, g=g, state=state)  # (b h v), (b h k v)
+        o, state = step(q, k, v, beta, g=g, state=state, scale=self.scale)  # (b h v), (b h k v)
         y_t = self.out_proj(self.o_norm(o).flatten(-2))  # (b d_model)
         return y_t, (q_state, k_state, v_state, state)
 
