@@ -5,13 +5,21 @@ run's k processes together (the hierarchical interval the workflow reports).
 
     python scripts/bench_paired_rerun.py [--runs 4] [--replicates 5] [--preset cpu]
         [--models mamba2 deltanet hybrid] [--points decode:4096 decode:1024 ...]
-        [--threads 2] [--seed 0] [--out rerun.json]
+        [--spread-s 0] [--threads 2] [--seed 0] [--out rerun.json]
 
 A run is ``--replicates`` fresh processes (``--worker``), one after another; each measures
 every (SSM, phase, T) pair of the list once, in an order shuffled with the seed, as a
 paired cell of the preset (``ssmbench.paired.run_paired``: attention and the SSM in
 alternating rounds under the preset's ``paired`` timing) and prints one JSON line per
 pair with its rounds.  Runs follow each other, as a rerun follows a run.
+
+By default a run's processes follow each other too, so a run samples about a minute of the
+machine; in the workflow a pair's replicates are interleaved with the other jobs of a
+15-minute run.  ``--spread-s S`` spreads each run's processes over S seconds as the
+workflow does: process p starts no earlier than p * S / replicates seconds after its run's
+first, the machine left idle in between (the runs still follow each other, so two runs
+never share a stretch of time).  Each row keeps its process's start, in seconds from its
+run's.
 
 Coverage, for each pair, over the ordered couples of runs (i, j), i != j:
 - **one process** (before replicates): every process q of run j against every process p
@@ -89,14 +97,19 @@ def measure(args) -> list[dict]:
     base += ["--threads", str(args.threads), "--models", *args.models]
     base += ["--points", *(f"{ph}:{t}" for ph, t in args.points)]
     started = time.monotonic()
+    slot_s = args.spread_s / args.replicates
     for run in range(args.runs):
+        run_start = time.monotonic()
         for process in range(args.replicates):
+            time.sleep(max(0.0, run_start + process * slot_s - time.monotonic()))
+            offset_s = round(time.monotonic() - run_start, 2)
             seed = args.seed * 1_000_003 + run * 1000 + process
             out = subprocess.run(
                 [*base, "--seed", str(seed)], capture_output=True, text=True, check=True
             ).stdout
             for line in out.splitlines():
-                rows.append({"run": run, "process": process, **json.loads(line)})
+                row = {"run": run, "process": process, "started_s": offset_s}
+                rows.append({**row, **json.loads(line)})
             print(
                 f"run {run + 1}/{args.runs}, process {process + 1}/{args.replicates} done "
                 f"({time.monotonic() - started:.0f} s)",
@@ -173,8 +186,10 @@ def _sides_ms(procs: list[dict]) -> tuple[float, float]:
 
 
 def report(table: list[dict], totals: dict, args) -> None:
+    spread = f", each run's processes spread over {args.spread_s:g} s" if args.spread_s else ""
     print(
-        f"\n{args.runs} runs x {args.replicates} processes, preset {args.preset}; coverage over "
+        f"\n{args.runs} runs x {args.replicates} processes{spread}, preset {args.preset}; "
+        "coverage over "
         "ordered couples of runs (one process: every process of one run against every "
         "process of another)"
     )
@@ -214,6 +229,9 @@ def main() -> None:
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--models", nargs="+", default=list(HEADLINE))
     parser.add_argument("--points", nargs="+", type=_point, default=[_point(p) for p in POINTS])
+    parser.add_argument(
+        "--spread-s", type=float, default=0.0, help="spread each run's processes over this long"
+    )
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="write every process's rounds here (JSON)")
@@ -228,11 +246,14 @@ def main() -> None:
         saved = json.loads(args.source.read_text())
         rows = saved["rows"]
         args.runs, args.replicates = saved["runs"], saved["replicates"]
+        args.spread_s = saved.get("spread_s", 0.0)
     else:
         rows = measure(args)
     if args.out:
         args.out.write_text(
-            json.dumps({"runs": args.runs, "replicates": args.replicates, "rows": rows})
+            json.dumps(
+                dict(runs=args.runs, replicates=args.replicates, spread_s=args.spread_s, rows=rows)
+            )
         )
     report(*coverage(rows), args)
 

@@ -65,15 +65,21 @@ def test_each_sides_time_per_run_shows_a_step_of_the_machine_between_runs():
 
 
 def test_a_small_real_run_prints_its_coverage(tmp_path):
+    """Two runs of two processes, each run's processes spread over 6 s (the second starts
+    3 s or more after its run's first, however fast the first was)."""
     out = tmp_path / "rerun.json"
     cmd = [sys.executable, str(SCRIPT), "--runs", "2", "--replicates", "2", "--preset", "ci"]
     cmd += ["--models", "mamba2", "--points", "decode:64", "--threads", "1", "--out", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run([*cmd, "--spread-s", "6"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "coverage, one process:" in done.stdout and "coverage, 2 processes:" in done.stdout
     assert "mamba2    decode  T=64     attention " in done.stdout
+    assert "each run's processes spread over 6 s" in done.stdout
     saved = json.loads(out.read_text())
-    assert saved["runs"] == 2 and len(saved["rows"]) == 4
+    assert saved["runs"] == 2 and len(saved["rows"]) == 4 and saved["spread_s"] == 6
+    starts = {(r["run"], r["process"]): r["started_s"] for r in saved["rows"]}
+    assert starts[0, 0] < 1 and starts[1, 0] < 1 and starts[0, 1] >= 3 and starts[1, 1] >= 3
     again = subprocess.run(
         [sys.executable, str(SCRIPT), "--from", str(out)], capture_output=True, text=True,
         timeout=120, cwd=ROOT,
