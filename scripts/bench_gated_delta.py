@@ -144,10 +144,11 @@ def check_agreement(calls: dict[str, Callable]) -> list[str]:
 def time_rounds(calls: dict[str, Callable], rounds: int, warmup: int) -> dict[str, list[float]]:
     """ms per call of each side ({side: [ms, ...]}), ``rounds`` rounds after ``warmup``: in
     each, each side's second of two calls in a row; the order alternates by round."""
-    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    sides = list(calls)
+    times: dict[str, list[float]] = {side: [] for side in sides}
     with torch.inference_mode():
         for i in range(warmup + rounds):
-            for side in SIDES if i % 2 == 0 else SIDES[::-1]:
+            for side in sides if i % 2 == 0 else sides[::-1]:
                 calls[side]()  # after the other side's call: untimed
                 start = time.perf_counter()
                 calls[side]()

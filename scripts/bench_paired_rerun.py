@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from ssmbench.scripting import positive_int  # noqa: E402
+from ssmbench.scripting import non_negative_float, positive_int  # noqa: E402
 
 HEADLINE = ("mamba2", "deltanet", "hybrid")
 POINTS = ("decode:4096", "decode:1024", "prefill:4096", "train:1024")
@@ -230,7 +230,10 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(HEADLINE))
     parser.add_argument("--points", nargs="+", type=_point, default=[_point(p) for p in POINTS])
     parser.add_argument(
-        "--spread-s", type=float, default=0.0, help="spread each run's processes over this long"
+        "--spread-s",
+        type=non_negative_float,
+        default=0.0,
+        help="spread each run's processes over this many seconds",
     )
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--seed", type=int, default=0)

@@ -118,6 +118,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """An argparse ``type``: a number >= 0, or a usage error that names the value."""
+    value = float(text)
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
 def group_of(workflow, group: str) -> str | None:
     """A rule's ``group:`` for a workflow run on a cluster: ``group`` when the run sizes
     it (``--group-components <group>=<n>``), else none (a local run ignores groups, but

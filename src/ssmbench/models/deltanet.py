@@ -195,10 +195,11 @@ def _exp(x: torch.Tensor, max: float | None = None) -> torch.Tensor:
 
 # On CPU the chunks are processed a segment at a time, with about this many bytes per
 # intermediate tensor of a segment, so that a long sequence's intermediates stay in cache
-# (the elementwise steps are memory-bound).  Measured on the 2-core VM (2 MiB of L2 per
-# core), median of 3-30 interleaved calls (batch 1, 4 heads, d_k = d_v = 64, chunk 64): at
-# T = 65536, 203 ms against 215 ms with 1 MiB and 257 ms with every chunk at once; at
-# T = 16384, 54 against 55 and 57 ms; at T <= 4096 it is every chunk at once.
+# (the elementwise steps are memory-bound).  scripts/bench_delta_segments.py measures it
+# (the cpu preset's shapes; on the 2-core VM, 10 interleaved rounds): at T = 16384 and
+# 65536, 4 MiB is level with 1 MiB (1 MiB / 4 MiB = 1.03 [0.98, 1.07] and 1.00
+# [0.94, 1.09]) and 7-8% faster than 16 MiB or every chunk at once; at T = 4096, where
+# 4 MiB is every chunk at once, 1 MiB / every chunk = 1.09 [1.07, 1.12].
 # On GPUs every chunk goes at once.
 _CPU_SEGMENT_BYTES = 1 << 22
 
