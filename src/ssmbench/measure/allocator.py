@@ -21,10 +21,14 @@ the same cell differed up to 2.4x from run to run.
 caching allocator does on GPUs: no block is served by ``mmap`` (``M_MMAP_MAX = 0``: every
 block comes from the heap, which ``mallopt`` cannot otherwise arrange for blocks over
 32 MiB), and the heap is trimmed only when 1 GiB lies free at its top.  ``system`` leaves
-the C library's defaults.  The policy is set once, before the cell allocates anything, and
-each record names it (``host_allocator``).  Memory peaks are unaffected: they are read from
-PyTorch's allocator events or the CUDA allocator, not from the process's resident size
-(which, with memory kept, can stay up to 1 GiB above the live tensors).
+the C library's defaults.  Kept memory settles over a few calls, not at once: PyTorch asks
+for 64-byte aligned blocks, and glibc 2.36 leaves small pieces between the blocks it frees,
+so now and then a warm Mamba-3 prefill still faults 500-1 000 pages (its cold call:
+13 000-14 000), and a loop that makes and frees one 64 MiB tensor takes up to nine calls.
+The policy is set once, before the cell allocates anything, and each record names it
+(``host_allocator``).  Memory peaks are unaffected: they are read from PyTorch's allocator
+events or the CUDA allocator, not from the process's resident size (which, with memory
+kept, can stay up to 1 GiB above the live tensors).
 """
 
 from __future__ import annotations
