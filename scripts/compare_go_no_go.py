@@ -7,6 +7,13 @@ For every point both tables hold (phase, batch, dtype, T, SSM): whether the answ
 not a flip), and whether each run's ratio lies inside the other run's 95% interval.
 Prints the counts overall and per interval kind, then every flip and every point where
 neither ratio lies in the other's interval.
+
+Where a run's ``cells.csv`` lies beside its go/no-go table, it first prints what each run
+ran on: the commit, and the host's speed while it ran, as the load probe every cell times
+before it is measured (a fixed small matmul, ``ssmbench.measure.load``): the median over
+the run's cells and its interquartile range.  Two runs on one host a few hours apart have
+read medians 27% apart; a cell bound by dispatch slows more than one bound by memory
+bandwidth then, so a ratio of two separately measured cells moves with the host.
 """
 
 from __future__ import annotations
@@ -36,6 +43,22 @@ def compare(a, b):
     return both
 
 
+def host(cells_csv: Path) -> dict | None:
+    """What a run ran on, from its cells table: ``commit`` and the probe's ``median``,
+    ``q25``, ``q75`` (ms) over its cells; None without the table or a probe."""
+    import pandas as pd
+
+    if not cells_csv.is_file():
+        return None
+    cells = pd.read_csv(cells_csv, dtype={"git_commit": str})
+    probe = cells.get("probe_before_ms", pd.Series(dtype=float)).dropna()
+    if probe.empty:
+        return None
+    commits = cells.get("git_commit", pd.Series(dtype=str)).dropna().unique()
+    q25, median, q75 = probe.quantile([0.25, 0.5, 0.75])
+    return dict(commit=",".join(c[:7] for c in commits), median=median, q25=q25, q75=q75)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("a", type=Path)
@@ -45,6 +68,18 @@ def main() -> None:
 
     columns = [*POINT, "latency_ratio", "latency_lo", "latency_hi", "interval", "answer"]
     both = compare(read_table(args.a, columns), read_table(args.b, columns))
+    hosts = {name: host(path.parent / "cells.csv") for name, path in (("A", args.a), ("B", args.b))}
+    for name, h in hosts.items():
+        if h is not None:
+            print(
+                f"{name}: commit {h['commit']}, load probe {h['median']:.3g} ms "
+                f"[{h['q25']:.3g}, {h['q75']:.3g}] (median [quartiles] over its cells)"
+            )
+    if all(hosts.values()):
+        a, b = hosts["A"], hosts["B"]
+        print(f"host speed, B against A: the probe took {b['median'] / a['median']:.2f}x as long")
+        if a["commit"] != b["commit"]:
+            print("the runs' code differs: a difference may be the code's, not the host's")
     n = len(both)
     inside = int(both.a_in_b.sum() + both.b_in_a.sum())
     print(f"{n} points in both tables; {int(both.flip.sum())} answers flip")

@@ -321,6 +321,46 @@ def test_two_runs_are_compared_point_by_point(tmp_path):
     assert both.b_in_a.tolist() == [True, False, False]
 
 
+def test_the_comparison_says_what_each_run_ran_on(tmp_path, monkeypatch, capsys):
+    """Beside each go/no-go table, the run's cells table gives its commit and its load
+    probe (the host's speed): the comparison prints both, and how much slower B's host was."""
+    import importlib.util
+
+    from ssmbench.paths import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "compare_go_no_go", REPO / "scripts" / "compare_go_no_go.py"
+    )
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    point = dict(phase="decode", batch=1, dtype="fp32", seq_len=4096, ssm="mamba2",
+                 interval="hierarchical", latency_ratio=1.5, latency_lo=1.3, latency_hi=1.7,
+                 answer="ssm faster")  # fmt: skip
+    for run, commit, probes in (("a", "a" * 40, [0.2, 0.25, 0.3]), ("b", "b" * 40, [0.3, 0.4])):
+        (tmp_path / run).mkdir()
+        pd.DataFrame([point]).to_csv(tmp_path / run / "go_no_go.csv", index=False)
+        cells = pd.DataFrame(dict(probe_before_ms=probes, git_commit=commit))
+        cells.to_csv(tmp_path / run / "cells.csv", index=False)
+    tables_ = [str(tmp_path / run / "go_no_go.csv") for run in ("a", "b")]
+    monkeypatch.setattr("sys.argv", ["compare_go_no_go.py", *tables_])
+    compare.main()
+    out = capsys.readouterr().out.splitlines()
+    said = "(median [quartiles] over its cells)"
+    assert out[0] == f"A: commit aaaaaaa, load probe 0.25 ms [0.225, 0.275] {said}"
+    assert out[1] == f"B: commit bbbbbbb, load probe 0.35 ms [0.325, 0.375] {said}"
+    assert out[2] == "host speed, B against A: the probe took 1.40x as long"
+    assert out[3] == "the runs' code differs: a difference may be the code's, not the host's"
+    assert out[4] == "1 points in both tables; 0 answers flip"
+    # without a cells table beside it, a run says nothing of its host
+    (tmp_path / "b" / "cells.csv").unlink()
+    compare.main()
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0].startswith("A: commit aaaaaaa")
+        and out[1] == "1 points in both tables; 0 answers flip"
+    )
+
+
 # A node of two kinds of GPU (tests/gpufakes.py): whatever ran on one kind is never put in
 # one ratio with what ran on the other.
 
