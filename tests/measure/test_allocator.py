@@ -3,6 +3,7 @@ each time: a policy, once set, lasts for the process."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -67,7 +68,9 @@ def faults(policy: str, case: dict, calls: int) -> tuple[str, list[int]]:
     return said, [int(c) for c in counts.split()]
 
 
-KEPT = "glibc, freed memory kept (M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB)"
+# what a record says: the policy, with the C library's version (its defaults differ by it)
+KEPT = re.compile(r"glibc \d+\.\d+, freed memory kept \(M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB\)")
+SYSTEM = re.compile(r"system \(glibc \d+\.\d+\)")
 
 
 @pytest.mark.skipif(not LINUX, reason="glibc's mallopt: Linux only")
@@ -75,9 +78,9 @@ def test_retain_serves_from_the_heap_a_block_the_defaults_map_afresh_on_every_ca
     """The mechanism: under the defaults a freed 64 MiB block is unmapped and the next
     one faults in again page by page; kept, it is served again with no fault."""
     said, kept = faults("retain", BLOCK_64MIB, calls=6)
-    assert said == KEPT
+    assert KEPT.fullmatch(said), said
     said, system = faults("system", BLOCK_64MIB, calls=6)
-    assert said == "system"
+    assert SYSTEM.fullmatch(said), said
     assert min(system[1:]) >= HUGE_PAGES_64MIB, (system, kept)
     assert max(kept[1:]) < HUGE_PAGES_64MIB / 2, (system, kept)
 
@@ -89,10 +92,11 @@ def test_retain_leaves_a_warm_prefill_a_small_fraction_of_its_pages_to_fault_in(
     the 2-core VM). With memory kept, the calls after the third fault none, or now and then
     500 - 1 000 pages (PyTorch's 64-byte aligned blocks leave glibc small pieces between
     them that take calls to settle). Under glibc 2.36's defaults every call faulted
-    10 000 - 12 000 pages in again, but a newer glibc's adaptive thresholds brought that
-    to 104 on CI, so the defaults are not compared here."""
+    10 000 - 12 000 pages in again, but on CI's machine 104 (glibc's mmap threshold adapts
+    to the frees it has seen, and its version there is not known), so the defaults are not
+    compared here."""
     said, kept = faults("retain", MAMBA3_PREFILL, calls=15)
-    assert said == KEPT
+    assert KEPT.fullmatch(said), said
     cold, warm = kept[0], kept[3:]
     assert sum(warm) / len(warm) < cold / 10, kept
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import platform
 import sys
 
 POLICIES = ("retain", "system")
@@ -46,14 +47,24 @@ TRIM_THRESHOLD = 1 << 30
 _KEPT = ""  # what set_host_allocator("retain") put in force in this process, if it did
 
 
+def c_library() -> str:
+    """The C library this process runs on, as ``platform.libc_ver`` names it
+    ("glibc 2.36"), or "" where it cannot tell: what the defaults do depends on it."""
+    name, version = platform.libc_ver()
+    return f"{name} {version}".strip()
+
+
 def set_host_allocator(policy: str = "retain") -> str:
     """Apply ``policy`` to this process's ``malloc`` and say what is in force, for the
-    record: "glibc, freed memory kept (...)", or "system" with the reason it is."""
+    record: "glibc 2.36, freed memory kept (...)", or "system (glibc 2.36)", or "system"
+    with the reason it is."""
     global _KEPT
     if policy not in POLICIES:
         raise ValueError(f"host_allocator must be one of {POLICIES}, got {policy!r}")
     if policy == "system":  # glibc's dynamic thresholds cannot be restored once set
-        return f"{_KEPT} (retain was set earlier in this process)" if _KEPT else "system"
+        if _KEPT:
+            return f"{_KEPT} (retain was set earlier in this process)"
+        return f"system ({c_library()})" if c_library() else "system"
     if not sys.platform.startswith("linux"):
         return f"system (no glibc on {sys.platform})"
     try:
@@ -65,5 +76,6 @@ def set_host_allocator(policy: str = "retain") -> str:
         return "system (mallopt refused M_MMAP_MAX)"
     if mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) != 1:
         return "system (mallopt refused M_TRIM_THRESHOLD)"
-    _KEPT = f"glibc, freed memory kept (M_MMAP_MAX=0, M_TRIM_THRESHOLD={TRIM_THRESHOLD >> 30} GiB)"
+    kept = f"M_MMAP_MAX=0, M_TRIM_THRESHOLD={TRIM_THRESHOLD >> 30} GiB"
+    _KEPT = f"{c_library() or 'the C library'}, freed memory kept ({kept})"
     return _KEPT
