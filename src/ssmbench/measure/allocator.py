@@ -64,7 +64,8 @@ def set_host_allocator(policy: str = "retain") -> str:
     if policy == "system":  # glibc's dynamic thresholds cannot be restored once set
         if _KEPT:
             return f"{_KEPT} (retain was set earlier in this process)"
-        return f"system ({c_library()})" if c_library() else "system"
+        library = c_library()
+        return f"system ({library})" if library else "system"
     if not sys.platform.startswith("linux"):
         return f"system (no glibc on {sys.platform})"
     try:
