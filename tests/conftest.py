@@ -347,3 +347,20 @@ def paired_record(model, ratio, n=30, noise=0.02, seed=0, **kw):
         ssm_flop=1.0,
     )
     return PairedRecord(**{**fields, **kw})
+
+
+def set_up_and_one_call_s(cell_spec) -> float:
+    """Wall seconds this machine takes, now, to set a cell up (a ``CellSpec``) and time one
+    call: the part of a cell's budget that goes before its samples.  A test that gives a
+    cell a budget sizes it from this, not from what one machine once took."""
+    import dataclasses
+    import time
+
+    from ssmbench.cell import run_cell
+    from ssmbench.matrix import Timing
+
+    one = Timing(warmup=0, min_samples=1, max_samples=1, min_time_s=0.0, max_time_s=60.0)
+    start = time.monotonic()
+    r = run_cell(dataclasses.replace(cell_spec, timing=one), threads=1)
+    assert r.status == "ok", r.reason
+    return time.monotonic() - start

@@ -16,6 +16,7 @@ from ssmbench.cell import CellSpec, run_cell
 from ssmbench.matrix import Cell, Size, Timing
 from ssmbench.process import is_oom
 from ssmbench.verify.run import run_verify
+from tests.conftest import set_up_and_one_call_s
 
 SIZE = Size(d_model=32, n_layers=1, n_heads=2, head_dim=16, expand=2, d_conv=4, chunk=16)
 TIMING = Timing(warmup=1, min_samples=3, max_samples=3, min_time_s=0.0, max_time_s=5.0)
@@ -207,19 +208,25 @@ def test_last_level_cache_sizes_are_read_from_sysfs_units():
 
 
 def test_a_cell_over_its_time_budget_is_a_timeout_with_its_samples():
-    """The budget ends sampling between calls: the samples taken are kept."""
+    """The budget ends sampling between calls: the samples taken are kept.  The budget is
+    twice what the set-up and one call took here just before, plus a second (a fixed
+    1.5 s once ran out before the first sample on a loaded CI machine), so sampling starts
+    inside it on any machine; a million calls of a Python loop over 48 tokens outlast it."""
+    cell_spec = spec(model="mamba2", backend="naive")
+    budget_s = round(2 * set_up_and_one_call_s(cell_spec) + 1.0, 1)
     timing = Timing(
         warmup=0,
-        min_samples=10_000,
-        max_samples=10_000,
+        min_samples=1_000_000,
+        max_samples=1_000_000,
         min_time_s=0.0,
-        max_time_s=60.0,
-        timeout_s=1.5,
+        max_time_s=3600.0,
+        timeout_s=budget_s,
     )
     r = run_cell(spec(model="mamba2", backend="naive", timing=timing), threads=1)
     assert r.status == "timeout", r.reason
-    assert 0 < r.n_samples == len(r.samples_ms) < 10_000 and r.time_ms_median is None
-    assert "timeout_s=1.5 s ran out after" in r.reason and "min_samples=10000" in r.reason
+    assert 0 < r.n_samples == len(r.samples_ms) < 1_000_000 and r.time_ms_median is None
+    assert f"timeout_s={budget_s:g} s ran out after" in r.reason
+    assert "min_samples=1000000" in r.reason
 
 
 def test_a_timeout_interrupts_a_long_python_loop():
